@@ -1,0 +1,1 @@
+"""Config groups, installed as the package experiments.conf so Hydra finds them anywhere."""
