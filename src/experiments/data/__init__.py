@@ -1,0 +1,41 @@
+"""Data groups: each `conf/data/<name>.yaml` names a dataset builder that returns
+(train, validation) datasets, the contract of SpikingJelly's TrainingConfig."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from experiments.errors import ConfigError
+
+# Keys that describe the data to the rest of the run; passed on only if the builder takes them.
+_DESCRIPTIVE_KEYS = {"name", "builder", "num_classes"}
+
+
+def import_object(path: str, key: str) -> Any:
+    module_name, _, name = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise ConfigError(key, path, f"cannot import it ({error})") from None
+
+
+def dataset_kwargs(data: DictConfig) -> dict[str, Any]:
+    """Arguments for the group's builder, checked against the builder's own signature so a
+    misspelt data key is an error rather than silently ignored."""
+    values = OmegaConf.to_container(data, resolve=True)
+    assert isinstance(values, dict)
+    builder = import_object(str(values["builder"]), "data.builder")
+    accepted = inspect.signature(builder).parameters
+    for key in values:
+        if key not in accepted and key not in _DESCRIPTIVE_KEYS:
+            valid = ", ".join(sorted(set(accepted) | _DESCRIPTIVE_KEYS))
+            raise ConfigError(
+                f"data.{key}",
+                values[key],
+                f"not a key of data={values['name']}; valid keys: {valid}",
+            )
+    return {key: value for key, value in values.items() if key in accepted}

@@ -1,0 +1,21 @@
+"""This process is the only rank."""
+
+from __future__ import annotations
+
+import torch
+
+
+def world_size(launcher: dict) -> int:
+    return 1
+
+
+def has_cuda(launcher: dict) -> bool:
+    return torch.cuda.is_available()
+
+
+def validate(launcher: dict) -> None:
+    """Nothing to check: the local launcher has no settings."""
+
+
+def command(launcher: dict, overrides: list[str], run_dir: str) -> list[str]:
+    return ["experiments-train", *overrides, f"hydra.run.dir={run_dir}"]

@@ -1,0 +1,75 @@
+"""Slurm through submitit: one Slurm task per torch.distributed rank.
+
+The sbatch script shown in a dry run is made by submitit's own `_make_sbatch_string`, from the
+same parameters hydra-submitit-launcher will hand it, so what is printed is what is queued.
+"""
+
+from __future__ import annotations
+
+from experiments.errors import ConfigError
+from experiments.validation import integer
+
+
+def world_size(launcher: dict) -> int:
+    return integer(launcher.get("nodes"), "launcher.nodes", minimum=1) * integer(
+        launcher.get("tasks_per_node"), "launcher.tasks_per_node", minimum=1
+    )
+
+
+def has_cuda(launcher: dict) -> bool:
+    return launcher.get("gpus_per_node", 0) > 0
+
+
+def validate(launcher: dict) -> None:
+    integer(launcher.get("cpus_per_task"), "launcher.cpus_per_task", minimum=1)
+    integer(launcher.get("timeout_min"), "launcher.timeout_min", minimum=1)
+    integer(launcher.get("mem_gb"), "launcher.mem_gb", minimum=1)
+    gpus = integer(launcher.get("gpus_per_node"), "launcher.gpus_per_node", minimum=0)
+    tasks = launcher["tasks_per_node"]
+    if gpus and tasks != gpus:
+        raise ConfigError(
+            "launcher.tasks_per_node",
+            tasks,
+            f"a GPU run needs one task (rank) per GPU; with launcher.gpus_per_node="
+            f"{gpus} use launcher.tasks_per_node={gpus}",
+        )
+    if not isinstance(launcher.get("additional_parameters") or {}, dict):
+        raise ConfigError(
+            "launcher.additional_parameters",
+            launcher["additional_parameters"],
+            "a mapping of sbatch options, e.g. {mail-type: END}",
+        )
+
+
+def sbatch_parameters(launcher: dict, job_name: str) -> dict[str, object]:
+    """The sbatch options submitit derives from our launcher fields."""
+    parameters: dict[str, object] = {
+        "job_name": job_name,
+        "nodes": launcher["nodes"],
+        "ntasks_per_node": launcher["tasks_per_node"],
+        "cpus_per_task": launcher["cpus_per_task"],
+        "mem": f"{launcher['mem_gb']}GB",
+        "time": launcher["timeout_min"],
+    }
+    if launcher["gpus_per_node"]:
+        parameters["gpus_per_node"] = launcher["gpus_per_node"]
+    for key in ("partition", "account", "qos", "constraint"):
+        if launcher.get(key):
+            parameters[key] = launcher[key]
+    if launcher.get("setup"):
+        parameters["setup"] = list(launcher["setup"])
+    if launcher.get("additional_parameters"):
+        parameters["additional_parameters"] = dict(launcher["additional_parameters"])
+    return parameters
+
+
+def command(launcher: dict, overrides: list[str], run_dir: str) -> list[str]:
+    """The sbatch script, as lines."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    script = _make_sbatch_string(
+        command="python -u -m submitit.core._submit <submitit folder>",
+        folder=f"{run_dir}/.submitit/%j",
+        **sbatch_parameters(launcher, "experiments-train"),
+    )
+    return script.splitlines()

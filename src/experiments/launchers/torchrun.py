@@ -1,0 +1,54 @@
+"""torchrun spawns the ranks; each worker re-enters `python -m experiments.train` as one rank
+of the same run directory (see train.py), so Hydra never makes a directory per rank."""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+from experiments.errors import ConfigError
+from experiments.validation import integer
+
+
+def world_size(launcher: dict) -> int:
+    return integer(launcher.get("nproc_per_node"), "launcher.nproc_per_node", minimum=1) * integer(
+        launcher.get("nnodes"), "launcher.nnodes", minimum=1
+    )
+
+
+def has_cuda(launcher: dict) -> bool:
+    return torch.cuda.is_available()
+
+
+def validate(launcher: dict) -> None:
+    integer(launcher.get("max_restarts"), "launcher.max_restarts", minimum=0)
+    integer(launcher.get("node_rank"), "launcher.node_rank", minimum=0)
+    integer(launcher.get("monitor_interval"), "launcher.monitor_interval", minimum=1)
+    if launcher["nnodes"] > 1 and not launcher.get("rdzv_endpoint"):
+        raise ConfigError(
+            "launcher.rdzv_endpoint",
+            None,
+            "multi-node torchrun needs a rendezvous endpoint, e.g. node001:29400",
+        )
+
+
+def command(launcher: dict, overrides: list[str], run_dir: str) -> list[str]:
+    rdzv_id = launcher.get("rdzv_id") or hashlib.sha1(run_dir.encode()).hexdigest()[:12]
+    cmd = [
+        "torchrun",
+        f"--nnodes={launcher['nnodes']}",
+        f"--nproc-per-node={launcher['nproc_per_node']}",
+        f"--max-restarts={launcher['max_restarts']}",
+        f"--monitor-interval={launcher['monitor_interval']}",
+    ]
+    if launcher.get("rdzv_endpoint"):
+        cmd += [
+            f"--node-rank={launcher['node_rank']}",
+            f"--rdzv-backend={launcher['rdzv_backend']}",
+            f"--rdzv-endpoint={launcher['rdzv_endpoint']}",
+            f"--rdzv-id={rdzv_id}",
+        ]
+    else:
+        cmd.append("--standalone")
+    return [*cmd, "-m", "experiments.train", *overrides, f"hydra.run.dir={run_dir}"]

@@ -1,0 +1,96 @@
+"""Model group: `conf/model/<name>.yaml` instantiates a SpikingJelly ModelConfig.
+
+The config classes are SpikingJelly's (or our subclasses through its seam); this module
+only knows what each architecture's builder supports, so validation can say it before launch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
+from spikingjelly.activation_based.distributed.vision import ModelConfig
+from spikingjelly.activation_based.model.sew_resnet import SEWResNet34Config
+from spikingjelly.activation_based.model.spikformer import SpikformerCIFAR10Config, SpikformerConfig
+
+from experiments.errors import ConfigError
+from experiments.models.sew_resnet import BASIC_BLOCK_DEPTHS, SEWResNetConfig
+from experiments.models.spikformer import SpikformerTinyConfig
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What one architecture's SpikingJelly builder can be split into."""
+
+    pipeline_sizes: tuple[int, ...]
+    tensor_parallel_divides: int  # TP size must divide this (1 = no TP)
+    tensor_parallel_what: str  # the dimension TP splits, for messages
+    image_multiple: int = 1  # input side must be a multiple of this
+    fixed_image_size: int | None = None
+    note: str = ""
+
+
+def capabilities(config: ModelConfig) -> Capabilities:
+    if isinstance(config, SEWResNetConfig) and config.depth not in BASIC_BLOCK_DEPTHS:
+        return Capabilities(
+            (1,),
+            1,
+            "channels",
+            note=f"SEW-ResNet{config.depth} is built from Bottleneck blocks, "
+            "which SpikingJelly's builder neither shards (TP) nor splits into stages (PP)",
+        )
+    if isinstance(config, SEWResNet34Config):  # includes SEWResNetConfig 18/34
+        return Capabilities((1, 2, 4), 64, "the 64 channels of its first BasicBlock stage")
+    if isinstance(config, SpikformerCIFAR10Config):
+        return Capabilities((1, 2), 12, "its 12 attention heads", 4, fixed_image_size=32)
+    if isinstance(config, SpikformerTinyConfig):
+        return Capabilities((1, 2), 8, "its 8 attention heads", 16)
+    if isinstance(config, SpikformerConfig):
+        return Capabilities((1, 2, 4), 12, "its 12 attention heads", 16)
+    return Capabilities(
+        (1,), 1, "channels", note=f"{type(config).__name__} declares no TP/PP split"
+    )
+
+
+def instantiate_model_config(node: DictConfig) -> ModelConfig:
+    """Build the SpikingJelly config dataclass; its own __post_init__ checks become ConfigErrors."""
+    values: dict[str, Any] = OmegaConf.to_container(node, resolve=True)  # type: ignore[assignment]
+    target = values.pop("_target_", None)
+    if not target:
+        raise ConfigError("model._target_", target, "a ModelConfig class path")
+    try:
+        cls = get_class(target)
+    except Exception as error:  # hydra wraps import failures in several exception types
+        raise ConfigError("model._target_", target, f"cannot import it ({error})") from None
+    if not (isinstance(cls, type) and issubclass(cls, ModelConfig)):
+        raise ConfigError("model._target_", target, "must be a SpikingJelly ModelConfig subclass")
+    names = {field.name for field in dataclasses.fields(cls)}
+    for key, value in values.items():
+        if key not in names:
+            raise ConfigError(
+                f"model.{key}",
+                value,
+                f"not a field of {cls.__name__}; valid: " + ", ".join(sorted(names)),
+            )
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(
+            "model", _summary(values), f"{cls.__name__} rejects it: {error}"
+        ) from None
+
+
+def _summary(values: dict[str, Any]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in values.items())
+
+
+def parameter_count(config: ModelConfig) -> int:
+    """Count on the meta device: no memory, ~0.2 s even for SEW-ResNet152."""
+    builder = config.get_builder_cls()(config)
+    with torch.device("meta"):
+        model = builder._build_canonical_model()
+    return sum(parameter.numel() for parameter in model.parameters())

@@ -1,0 +1,123 @@
+"""Topology group: the parallel degrees of a run, in one object every other module asks.
+
+Sizes use SpikingJelly's names; the data-parallel size is derived from the launcher's world
+size. Rank layout and mesh order (dp, pp, tp) are SpikingJelly's, so a CPU rank and a CUDA
+rank with the same number hold the same shard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from experiments.errors import ConfigError
+from experiments.models import Capabilities
+
+DATA_PARALLEL_KINDS = ("ddp", "fsdp2")
+MESH_DIM_NAMES = ("dp", "pp", "tp")
+
+
+@dataclass(frozen=True)
+class ParallelDims:
+    world_size: int
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    pipeline_microbatches: int
+    data_parallel: str
+
+    @property
+    def model_parallel_size(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def data_parallel_size(self) -> int:
+        return self.world_size // self.model_parallel_size
+
+    @property
+    def mesh_shape(self) -> tuple[int, int, int]:
+        return (self.data_parallel_size, self.pipeline_parallel_size, self.tensor_parallel_size)
+
+    def coordinates(self, rank: int) -> tuple[int, int, int]:
+        """(dp_rank, pp_rank, tp_rank) of a global rank, as train_classification assigns them."""
+        tp = self.tensor_parallel_size
+        return (
+            rank // self.model_parallel_size,
+            (rank // tp) % self.pipeline_parallel_size,
+            rank % tp,
+        )
+
+    def describe(self) -> str:
+        dp, pp, tp = self.mesh_shape
+        return f"dp={dp} x pp={pp} x tp={tp} ({self.data_parallel.upper()} over dp)"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "world_size": self.world_size,
+            "shape": list(self.mesh_shape),
+            "dim_names": list(MESH_DIM_NAMES),
+            "data_parallel": self.data_parallel,
+            "pipeline_microbatches": self.pipeline_microbatches,
+        }
+
+
+def parallel_dims(
+    topology: dict, world_size: int, caps: Capabilities, model_name: str, batch_size: int
+) -> ParallelDims:
+    """Check the topology against the world size and the model, naming the key that is wrong."""
+    name = topology["name"]
+    kind = topology["data_parallel"]
+    if kind not in DATA_PARALLEL_KINDS:
+        raise ConfigError(
+            "topology.data_parallel", kind, f"one of {', '.join(DATA_PARALLEL_KINDS)}"
+        )
+    sizes = {}
+    for key in ("tensor_parallel_size", "pipeline_parallel_size", "pipeline_microbatches"):
+        value = topology[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"topology.{key}", value, "a positive integer")
+        sizes[key] = value
+    tp, pp, micro = (
+        sizes["tensor_parallel_size"],
+        sizes["pipeline_parallel_size"],
+        sizes["pipeline_microbatches"],
+    )
+    if name == "single" and (world_size != 1 or tp != 1 or pp != 1):
+        raise ConfigError(
+            "topology",
+            name,
+            f"'single' runs one rank, but the launcher gives "
+            f"{world_size} rank(s) with tp={tp}, pp={pp}; use topology=ddp, "
+            "fsdp2, channel_tp or pp for more ranks",
+        )
+    if tp > 1 and caps.tensor_parallel_divides % tp:
+        detail = caps.note or f"{model_name} splits {caps.tensor_parallel_what}"
+        valid = [size for size in (1, 2, 4, 8) if caps.tensor_parallel_divides % size == 0]
+        raise ConfigError(
+            "topology.tensor_parallel_size",
+            tp,
+            f"{detail}; valid sizes: {', '.join(map(str, valid))}",
+        )
+    if pp not in caps.pipeline_sizes:
+        detail = caps.note or f"{model_name} splits into pipeline stages"
+        raise ConfigError(
+            "topology.pipeline_parallel_size",
+            pp,
+            f"{detail}; valid sizes: {', '.join(map(str, caps.pipeline_sizes))}",
+        )
+    if pp == 1 and micro != 1:
+        raise ConfigError(
+            "topology.pipeline_microbatches",
+            micro,
+            "micro-batches apply to pipeline parallelism only; use 1 with pp=1",
+        )
+    if batch_size % micro:
+        raise ConfigError(
+            "topology.pipeline_microbatches", micro, f"must divide trainer.batch_size={batch_size}"
+        )
+    if world_size % (tp * pp):
+        raise ConfigError(
+            "topology",
+            f"tp={tp} x pp={pp}",
+            f"the launcher's world size {world_size} is not divisible by TP x PP = "
+            f"{tp * pp}; use a world size that is a multiple of {tp * pp}",
+        )
+    return ParallelDims(world_size, tp, pp, micro, kind)

@@ -1,0 +1,47 @@
+"""Small checks that name the key, the bad value and what would be valid."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from experiments.errors import ConfigError
+
+
+def integer(value: Any, key: str, minimum: int | None = None, maximum: int | None = None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(key, value, _range("an integer", minimum, maximum))
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ConfigError(key, value, _range("an integer", minimum, maximum))
+    return value
+
+
+def optional_integer(value: Any, key: str, minimum: int) -> int | None:
+    return None if value is None else integer(value, key, minimum)
+
+
+def positive_number(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(key, value, "a number > 0, e.g. 1e-3")
+    return float(value)
+
+
+def non_negative_number(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError(key, value, "a number >= 0")
+    return float(value)
+
+
+def choice(value: Any, key: str, choices: Iterable[Any]) -> Any:
+    options = list(choices)
+    if value not in options:
+        raise ConfigError(key, value, "one of " + ", ".join(map(str, options)))
+    return value
+
+
+def _range(kind: str, minimum: int | None, maximum: int | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f"{kind} from {minimum} to {maximum}"
+    if minimum is not None:
+        return f"{kind} >= {minimum}"
+    return kind
