@@ -1,0 +1,159 @@
+"""The run directory's record: summary.json, metrics.jsonl, TensorBoard events.
+
+Only rank 0 writes. summary.json is replaced atomically (write, fsync, rename), so a reader
+or a crash never sees half of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+SUMMARY = "summary.json"
+METRICS = "metrics.jsonl"
+TENSORBOARD = "tensorboard"
+COMMAND_ENV = "EXPERIMENTS_COMMAND"  # the user's command, handed to torchrun workers
+PACKAGES = (
+    "experiments",
+    "torch",
+    "torchvision",
+    "spikingjelly",
+    "hydra-core",
+    "omegaconf",
+    "submitit",
+    "hydra-submitit-launcher",
+    "mmcv-full",
+    "mmgen",
+)
+
+
+def write_json_atomic(path: Path, value: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(value, handle, indent=2, default=str)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((run_dir / SUMMARY).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def git_commit(directory: str) -> str | None:
+    try:
+        commit = subprocess.run(
+            ["git", "-C", directory, "rev-parse", "HEAD"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", directory, "status", "--porcelain", "-uno"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("-dirty" if dirty.strip() else "")
+
+
+def user_command() -> str:
+    """The command the user typed; torchrun workers inherit it from the launching process."""
+    if os.environ.get(COMMAND_ENV):
+        return os.environ[COMMAND_ENV]
+    program = Path(sys.argv[0]).name
+    prefix = ["python", "-m", "experiments.train"] if program.endswith(".py") else [program]
+    return shlex.join([*prefix, *sys.argv[1:]])
+
+
+class RunRecorder:
+    """Writes the record of one run. Created on every rank; only rank 0 touches the disk."""
+
+    def __init__(self, run_dir: Path, summary: dict[str, Any], enabled: bool = True) -> None:
+        self.run_dir = run_dir
+        self.enabled = enabled
+        self.summary = summary
+        self._writer: Any = None
+        self._started = time.time()
+
+    def start(self) -> None:
+        if not self.enabled:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.summary.update(status="running", started_at=_now())
+        self._write_summary()
+
+    def log_metrics(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        with open(self.run_dir / METRICS, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        step = int(record.get("step", 0))
+        for key, value in record.items():
+            if key not in ("step", "epoch") and isinstance(value, (int, float)):
+                self.scalar(f"epoch/{key}", value, step)
+
+    def scalar(self, tag: str, value: float, step: int) -> None:
+        if not self.enabled:
+            return
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.run_dir / TENSORBOARD))
+        self._writer.add_scalar(tag, value, step)
+
+    def finish(
+        self,
+        status: str,
+        metrics: dict[str, Any] | None = None,
+        error: str | None = None,
+        **extra: Any,
+    ) -> None:
+        if not self.enabled:
+            return
+        if self._writer is not None:
+            self._writer.close()
+        self.summary.update(
+            status=status,
+            finished_at=_now(),
+            wall_time_s=round(time.time() - self._started, 2),
+            **extra,
+        )
+        if metrics is not None:
+            self.summary["metrics"] = metrics
+        if error is not None:
+            self.summary["error"] = error
+        self._write_summary()
+
+    def _write_summary(self) -> None:
+        write_json_atomic(self.run_dir / SUMMARY, self.summary)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
