@@ -1,0 +1,182 @@
+"""Every option of every group composes with every other; valid ones produce a plan."""
+
+from __future__ import annotations
+
+import itertools
+from importlib import resources
+
+import pytest
+from spikingjelly.activation_based.distributed.vision import ModelConfig, TrainingConfig
+from spikingjelly.activation_based.model.sew_resnet import SEWResNet34Config
+from spikingjelly.activation_based.model.spikformer import SpikformerCIFAR10Config, SpikformerConfig
+
+from experiments.errors import ConfigError
+from experiments.models.sew_resnet import SEWResNetConfig
+from experiments.models.spikformer import SpikformerTinyConfig
+
+from .conftest import compose_run, plan_for
+
+
+def options(group: str) -> list[str]:
+    folder = resources.files("experiments.conf") / group
+    return sorted(
+        p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml")
+    )
+
+
+MODELS = options("model")
+TOPOLOGIES = options("topology")
+LAUNCHERS = options("launcher")
+DATA = options("data")
+
+
+def test_groups_hold_what_the_product_card_names() -> None:
+    assert {
+        "sew_resnet18",
+        "sew_resnet34",
+        "sew_resnet50",
+        "sew_resnet101",
+        "sew_resnet152",
+        "spikformer",
+        "spikformer_tiny",
+        "spikformer_cifar10",
+    } <= set(MODELS)
+    assert TOPOLOGIES == ["channel_tp", "ddp", "fsdp2", "pp", "single"]
+    assert LAUNCHERS == ["local", "slurm", "torchrun"]
+    assert DATA == ["digits", "imagefolder", "synthetic"]
+
+
+@pytest.mark.parametrize(
+    ("model", "cls"),
+    [
+        ("sew_resnet34", SEWResNet34Config),
+        ("spikformer", SpikformerConfig),
+        ("spikformer_cifar10", SpikformerCIFAR10Config),
+        ("spikformer_tiny", SpikformerTinyConfig),
+        ("sew_resnet18", SEWResNetConfig),
+        ("sew_resnet152", SEWResNetConfig),
+    ],
+)
+def test_models_instantiate_spikingjellys_own_config_classes(model: str, cls: type) -> None:
+    extra = ["data.image_size=32"] if model == "spikformer_cifar10" else []
+    plan = plan_for([f"model={model}", *extra])
+    assert type(plan.model_config) is cls
+    assert isinstance(plan.model_config, ModelConfig)
+    assert isinstance(plan.training_config, TrainingConfig)
+    # The library config round-trips through SpikingJelly's own serialisation for its classes.
+    if cls.__module__.startswith("spikingjelly"):
+        assert TrainingConfig.from_dict(plan.training_config.as_dict()) == plan.training_config
+
+
+@pytest.mark.parametrize("connection", ["ADD", "AND", "IAND"])
+@pytest.mark.parametrize("depth", [18, 50, 101, 152])
+def test_every_zoo_depth_with_every_connection(depth: int, connection: str) -> None:
+    plan = plan_for([f"model=sew_resnet{depth}", f"model.connection={connection}"])
+    assert plan.model_config.depth == depth
+    assert plan.model_config.connection == connection
+    expected = {18: 11.18e6, 50: 23.5e6, 101: 42.5e6, 152: 58.1e6}[depth]
+    assert plan.parameters == pytest.approx(expected, rel=0.02)
+
+
+def _launcher_overrides(launcher: str, world: int) -> list[str]:
+    if launcher == "torchrun":
+        return [f"launcher.nproc_per_node={world}"]
+    if launcher == "slurm":
+        return [f"launcher.tasks_per_node={world}"]
+    return []
+
+
+@pytest.mark.parametrize(
+    ("model", "topology", "launcher", "data"),
+    list(itertools.product(MODELS, TOPOLOGIES, LAUNCHERS, DATA)),
+)
+def test_every_combination_composes_and_validates_or_explains(
+    model: str, topology: str, launcher: str, data: str, imagefolder
+) -> None:
+    """All 360 combinations compose; each either plans or fails with a ConfigError (never a
+    library traceback). The world size is 4 where the launcher can give more than one rank."""
+    world = 1 if launcher == "local" or topology == "single" else 4
+    overrides = [
+        f"model={model}",
+        f"topology={topology}",
+        f"launcher={launcher}",
+        f"data={data}",
+        *_launcher_overrides(launcher, world),
+    ]
+    if data == "imagefolder":
+        overrides += [f"data.root={imagefolder}", "data.num_classes=10"]
+    if model == "spikformer_cifar10":
+        overrides.append("data.image_size=32")
+    cfg = compose_run(overrides)
+    assert cfg.model._target_
+    try:
+        plan = plan_for(overrides)
+    except ConfigError as error:
+        assert error.key and str(error).startswith("invalid config: ")
+        return
+    assert plan.dims.world_size == world
+    assert plan.engine == "cpu"
+
+
+VALID = [
+    ("sew_resnet18", "single", "local", []),
+    ("sew_resnet34", "ddp", "torchrun", []),
+    ("sew_resnet34", "fsdp2", "torchrun", []),
+    ("sew_resnet34", "channel_tp", "torchrun", []),
+    ("sew_resnet34", "pp", "torchrun", []),
+    (
+        "sew_resnet18",
+        "fsdp2",
+        "torchrun",
+        ["launcher.nproc_per_node=4", "topology.tensor_parallel_size=2"],
+    ),
+    (
+        "sew_resnet18",
+        "ddp",
+        "torchrun",
+        [
+            "launcher.nproc_per_node=4",
+            "topology.pipeline_parallel_size=2",
+            "topology.pipeline_microbatches=2",
+        ],
+    ),
+    ("spikformer", "channel_tp", "torchrun", []),
+    ("spikformer_tiny", "pp", "torchrun", []),
+    ("spikformer_cifar10", "ddp", "slurm", ["data.image_size=32", "launcher.tasks_per_node=2"]),
+    (
+        "sew_resnet152",
+        "fsdp2",
+        "slurm",
+        ["launcher.nodes=2", "launcher.tasks_per_node=4", "launcher.gpus_per_node=4"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("model", "topology", "launcher", "extra"), VALID)
+def test_known_good_topologies_plan(
+    model: str, topology: str, launcher: str, extra: list[str]
+) -> None:
+    plan = plan_for([f"model={model}", f"topology={topology}", f"launcher={launcher}", *extra])
+    dims = plan.dims
+    dp, pp, tp = dims.mesh_shape
+    assert dp * pp * tp == dims.world_size
+    assert plan.training_config.tensor_parallel_size == tp
+    assert plan.training_config.pipeline_parallel_size == pp
+    assert plan.global_batch == plan.training_config.batch_size * dp
+
+
+def test_gpu_slurm_run_plans_spikingjellys_trainer_with_nccl() -> None:
+    plan = plan_for(
+        [
+            "model=sew_resnet34",
+            "topology=fsdp2",
+            "launcher=slurm",
+            "launcher.nodes=2",
+            "launcher.tasks_per_node=4",
+            "launcher.gpus_per_node=4",
+            "trainer.precision=bf16",
+        ]
+    )
+    assert (plan.engine, plan.device, plan.backend) == ("spikingjelly", "cuda", "nccl")
+    assert plan.dims.world_size == 8
+    assert plan.training_config.precision.mode == "bf16"

@@ -1,0 +1,173 @@
+"""End to end through the installed CLI: the run-directory contract, learning, resume, dry runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .conftest import FAST, read_jsonl, run_cli
+
+
+@pytest.mark.slow
+def test_training_on_digits_writes_the_run_directory_and_learns(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        ["trainer.epochs=2", "model.time_steps=2", "seed=7", f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    # Final report
+    assert "val_accuracy" in result.stdout and str(run_dir) in result.stdout
+    assert "images/s" in result.stdout
+    # Progress bar (tqdm, on stderr)
+    assert "step/s" in result.stderr or "s/step" in result.stderr
+
+    hydra_dir = run_dir / ".hydra"
+    assert {"config.yaml", "overrides.yaml", "hydra.yaml"} <= {p.name for p in hydra_dir.iterdir()}
+    assert "seed=7" in (hydra_dir / "overrides.yaml").read_text()
+
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert [m["epoch"] for m in metrics] == [1, 2]
+    for record in metrics:
+        assert {
+            "step",
+            "epoch",
+            "train_loss",
+            "val_loss",
+            "val_accuracy",
+            "images_per_second",
+            "peak_memory_mb",
+        } <= set(record)
+    assert metrics[1]["train_loss"] < metrics[0]["train_loss"]  # it learns
+    assert metrics[1]["val_accuracy"] > 0.3  # well above chance (0.1) after 90 steps
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed"
+    assert (summary["model"], summary["topology"], summary["launcher"]) == (
+        "sew_resnet18",
+        "single",
+        "local",
+    )
+    assert (summary["world_size"], summary["engine"], summary["backend"]) == (1, "cpu", "gloo")
+    assert summary["mesh"]["shape"] == [1, 1, 1]
+    assert summary["metrics"]["steps"] == 90
+    assert summary["metrics"]["val_accuracy"] == pytest.approx(metrics[-1]["val_accuracy"])
+    assert summary["metrics"]["val_loss"] == pytest.approx(metrics[-1]["val_loss"])
+    for key in ("train_loss", "images_per_second"):
+        assert summary["metrics"][key] > 0
+    assert summary["command"].startswith("experiments-train trainer.epochs=2")
+    assert {"torch", "spikingjelly", "hydra-core", "experiments"} <= set(summary["versions"])
+    assert "git_commit" in summary
+
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert checkpoints == ["step_00000050", "step_00000090"]  # interval 50 + the last step
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.slow
+def test_rerun_in_a_completed_run_directory_does_not_retrain(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = [*FAST, f"hydra.run.dir={run_dir}"]
+    assert run_cli(args, cwd=tmp_path).returncode == 0
+    before = (run_dir / "summary.json").read_text()
+    again = run_cli(args, cwd=tmp_path)
+    assert again.returncode == 0
+    assert "already completed" in again.stdout
+    assert (run_dir / "summary.json").read_text() == before
+
+
+@pytest.mark.slow
+def test_resume_continues_from_the_latest_checkpoint(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    common = [
+        "data=synthetic",
+        "model.time_steps=2",
+        "trainer.epochs=2",
+        "trainer.checkpoint_interval=3",
+        f"hydra.run.dir={run_dir}",
+    ]
+    first = run_cli([*common, "trainer.max_steps=6"], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    # Pretend the run was cut short: it has checkpoints but no "completed" record.
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary["status"] = "failed"
+    summary_path.write_text(json.dumps(summary))
+    second = run_cli([*common, "trainer.max_steps=9"], cwd=tmp_path)
+    assert second.returncode == 0, second.stderr[-2000:]
+    resumed = json.loads(summary_path.read_text())
+    assert resumed["status"] == "completed"
+    assert resumed["resumes"] == 1
+    assert resumed["resumed_from"].endswith("step_00000006")
+    assert resumed["metrics"]["steps"] == 9
+
+
+@pytest.mark.slow
+def test_python_dash_m_entry_point_and_dry_run_write_nothing(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.train", "dry_run=true"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Run plan" in proc.stdout and "11.18 M parameters" in proc.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "expect_in_command"),
+    [
+        (
+            ["topology=ddp", "launcher=torchrun", "launcher.nproc_per_node=2"],
+            ["torchrun", "--nproc-per-node=2", "--standalone", "-m", "experiments.train"],
+        ),
+        (
+            [
+                "topology=fsdp2",
+                "launcher=torchrun",
+                "launcher.nproc_per_node=4",
+                "launcher.nnodes=2",
+                "launcher.rdzv_endpoint=node001:29400",
+                "topology.tensor_parallel_size=2",
+            ],
+            ["--nnodes=2", "--rdzv-endpoint=node001:29400"],
+        ),
+        (
+            [
+                "model=sew_resnet34",
+                "topology=pp",
+                "launcher=slurm",
+                "launcher.tasks_per_node=2",
+                "launcher.partition=gpu",
+                "launcher.gpus_per_node=2",
+                "trainer.precision=bf16",
+            ],
+            ["#SBATCH --ntasks-per-node=2", "#SBATCH --partition=gpu", "#SBATCH --gpus-per-node=2"],
+        ),
+    ],
+)
+def test_dry_run_json_for_topologies_this_machine_cannot_run(
+    tmp_path: Path, args: list[str], expect_in_command: list[str]
+) -> None:
+    result = run_cli([*args, "dry_run=json"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    command = "\n".join(plan["command"])
+    for fragment in expect_in_command:
+        assert fragment in command
+    library = plan["library_config"]
+    assert library["_target_"].endswith("TrainingConfig")
+    dp, pp, tp = plan["mesh"]["shape"]
+    assert (library["pipeline_parallel_size"], library["tensor_parallel_size"]) == (pp, tp)
+    assert dp * pp * tp == plan["world_size"]
+    assert plan["batch"]["global"] == plan["batch"]["per_rank"] * dp
+    assert list(tmp_path.iterdir()) == []

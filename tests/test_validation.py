@@ -1,0 +1,213 @@
+"""Validation messages are part of the interface: one line naming key, bad value, a valid choice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from experiments.errors import ConfigError
+
+from .conftest import plan_for, run_cli
+
+TORCHRUN2 = ["launcher=torchrun", "launcher.nproc_per_node=2"]
+
+# (overrides, key named in the message, a fragment of what would be valid)
+INVALID = [
+    (["seed=-1"], "seed", "integer >= 0"),
+    (["dry_run=maybe"], "dry_run", "one of"),
+    (["resume=/no/such/checkpoint"], "resume", "auto, null"),
+    (["trainer.epochs=0"], "trainer.epochs", ">= 1"),
+    (["trainer.epochs=abc"], "trainer.epochs", "integer"),
+    (["trainer.batch_size=0"], "trainer.batch_size", ">= 1"),
+    (["trainer.max_steps=0"], "trainer.max_steps", ">= 1"),
+    (["trainer.workers=-2"], "trainer.workers", ">= 0"),
+    (["trainer.checkpoint_interval=-5"], "trainer.checkpoint_interval", ">= 0"),
+    (["trainer.engine=tpu"], "trainer.engine", "auto, spikingjelly, cpu"),
+    (["trainer.engine=spikingjelly"], "trainer.engine", "needs CUDA"),
+    (["trainer.precision=bf16"], "trainer.precision", "needs CUDA"),
+    (["trainer.precision=fp4"], "trainer.precision", "fp32"),
+    (["trainer.execution_mode=cuda_graph"], "trainer.execution_mode", "needs CUDA"),
+    (["trainer.memopt_level=2"], "trainer.memopt_level", "needs CUDA"),
+    (["trainer.memopt_level=9"], "trainer.memopt_level", "from 0 to 4"),
+    (["trainer.scheduler=torch.optim.AdamW"], "trainer.scheduler", "lr_scheduler"),
+    (["optimizer.lr=0"], "optimizer.lr", "> 0"),
+    (["optimizer.lr=-1e-3"], "optimizer.lr", "> 0"),
+    (["optimizer.name=torch.optim.Nope"], "optimizer.name", "cannot import"),
+    (["optimizer.name=torch.nn.Linear"], "optimizer.name", "torch.optim.Optimizer"),
+    (["optimizer.weight_decay=-0.1"], "optimizer.weight_decay", ">= 0"),
+    (["model.time_steps=0"], "model", "time_steps"),
+    (["model.connection=XOR"], "model", "connection"),
+    (["model.tau=0.5"], "model", "tau"),
+    (["+model.width=3"], "model.width", "not a field"),
+    (["model.num_classes=5"], "model.num_classes", "10 classes"),
+    (["model.image_size=32"], "model.image_size", "data.image_size=16"),
+    (["data.image_size=0"], "data.image_size", ">= 1"),
+    (["data.val_size=5000"], "data.val_size", "1796"),
+    (["data.num_classes=7"], "data.num_classes", "10 classes"),
+    (["+data.colour=true"], "data.colour", "valid keys"),
+    (["data=imagefolder"], "data.root", "must be set"),
+    (["data=imagefolder", "data.root=/no/such/dataset"], "data.root", "train/<class>"),
+    (["model=spikformer_cifar10"], "data.image_size", "32"),
+    (["model=spikformer", "data.image_size=24"], "data.image_size", "multiple of 16"),
+    (["topology=single", *TORCHRUN2], "topology", "use topology=ddp"),
+    (["topology=channel_tp"], "topology", "not divisible by TP x PP"),
+    (
+        [
+            "topology=ddp",
+            "launcher=torchrun",
+            "launcher.nproc_per_node=3",
+            "topology.tensor_parallel_size=2",
+        ],
+        "topology",
+        "not divisible",
+    ),
+    (
+        [
+            "topology=channel_tp",
+            "launcher=torchrun",
+            "launcher.nproc_per_node=3",
+            "topology.tensor_parallel_size=3",
+        ],
+        "topology.tensor_parallel_size",
+        "valid sizes: 1, 2, 4, 8",
+    ),
+    (
+        [
+            "model=sew_resnet34",
+            "topology=pp",
+            "launcher=torchrun",
+            "launcher.nproc_per_node=3",
+            "topology.pipeline_parallel_size=3",
+        ],
+        "topology.pipeline_parallel_size",
+        "valid sizes: 1, 2, 4",
+    ),
+    (
+        [
+            "model=spikformer_tiny",
+            "topology=pp",
+            "launcher=torchrun",
+            "launcher.nproc_per_node=4",
+            "topology.pipeline_parallel_size=4",
+        ],
+        "topology.pipeline_parallel_size",
+        "valid sizes: 1, 2",
+    ),
+    (
+        [
+            "model=spikformer",
+            "topology=channel_tp",
+            "launcher=torchrun",
+            "launcher.nproc_per_node=8",
+            "topology.tensor_parallel_size=8",
+        ],
+        "topology.tensor_parallel_size",
+        "12 attention heads",
+    ),
+    (
+        ["model=sew_resnet50", "topology=channel_tp", *TORCHRUN2],
+        "topology.tensor_parallel_size",
+        "Bottleneck",
+    ),
+    (
+        ["model=sew_resnet101", "topology=pp", *TORCHRUN2],
+        "topology.pipeline_parallel_size",
+        "Bottleneck",
+    ),
+    (
+        ["topology=pp", *TORCHRUN2, "topology.pipeline_microbatches=3"],
+        "topology.pipeline_microbatches",
+        "divide trainer.batch_size",
+    ),
+    (
+        ["topology=ddp", *TORCHRUN2, "topology.pipeline_microbatches=2"],
+        "topology.pipeline_microbatches",
+        "pp=1",
+    ),
+    (
+        ["topology=ddp", *TORCHRUN2, "topology.data_parallel=zero3"],
+        "topology.data_parallel",
+        "ddp, fsdp2",
+    ),
+    (
+        ["topology=ddp", "launcher=torchrun", "launcher.nproc_per_node=0"],
+        "launcher.nproc_per_node",
+        ">= 1",
+    ),
+    (["launcher=torchrun", "launcher.nnodes=2"], "launcher.rdzv_endpoint", "rendezvous endpoint"),
+    (["launcher=torchrun", "launcher.max_restarts=-1"], "launcher.max_restarts", ">= 0"),
+    (
+        ["launcher=slurm", "launcher.gpus_per_node=4", "launcher.tasks_per_node=2", "topology=ddp"],
+        "launcher.tasks_per_node",
+        "launcher.tasks_per_node=4",
+    ),
+    (["launcher=slurm", "launcher.timeout_min=0"], "launcher.timeout_min", ">= 1"),
+    (
+        [
+            "launcher=slurm",
+            "launcher.gpus_per_node=1",
+            "trainer.engine=cpu",
+            "trainer.precision=bf16",
+        ],
+        "trainer.precision",
+        "needs CUDA",
+    ),
+    (
+        ["topology=ddp", "launcher=torchrun", "launcher.nproc_per_node=5"],
+        "data.val_size",
+        "divisible by 5",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "valid"), INVALID, ids=[" ".join(o) for o, _, _ in INVALID]
+)
+def test_invalid_config_names_key_value_and_valid_choice(
+    overrides: list[str], key: str, valid: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        plan_for(overrides)
+    message = str(caught.value)
+    assert caught.value.key == key, message
+    assert valid in message, message
+    assert "\n" not in message
+
+
+def test_there_are_at_least_25_distinct_invalid_configs() -> None:
+    assert len({tuple(o) for o, _, _ in INVALID}) >= 25
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["topology=channel_tp"], "invalid config: topology="),
+        (["trainer.precision=bf16"], "trainer.precision='bf16'"),
+        (
+            [
+                "model=sew_resnet34",
+                "topology=pp",
+                "launcher=torchrun",
+                "launcher.nproc_per_node=3",
+                "topology.pipeline_parallel_size=3",
+            ],
+            "topology.pipeline_parallel_size=3",
+        ),
+        (["model=no_such_model"], "Available options in 'model'"),
+        (["trainer.no_such_key=1"], "no_such_key"),
+    ],
+)
+def test_cli_rejects_with_exit_2_one_message_and_no_run_directory(
+    tmp_path: Path, args: list[str], expected: str
+) -> None:
+    run_dir = tmp_path / "run"
+    result = run_cli([*args, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not run_dir.exists()
+    assert not (tmp_path / "outputs").exists()
+    if expected.startswith("invalid config"):
+        assert len(result.stderr.strip().splitlines()) == 1
