@@ -211,3 +211,40 @@ def test_cli_rejects_with_exit_2_one_message_and_no_run_directory(
     assert not (tmp_path / "outputs").exists()
     if expected.startswith("invalid config"):
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_sweep_with_one_invalid_point_is_rejected_before_any_point_runs(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "sweep"
+    result = run_cli(
+        ["-m", "topology=single,channel_tp", f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path
+    )
+    assert result.returncode == 2
+    assert "sweep point 1 (topology=channel_tp): invalid config: topology=" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not sweep_dir.exists()
+
+
+@pytest.mark.slow
+def test_sweep_dry_run_prints_every_point_and_writes_nothing(tmp_path: Path) -> None:
+    import json
+
+    result = run_cli(
+        [
+            "-m",
+            "model=sew_resnet18,spikformer_tiny",
+            "optimizer.lr=1e-3,3e-4",
+            "dry_run=json",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    plans = json.loads(result.stdout)
+    assert [(p["model"], p["library_config"]["optimizer_kwargs"]["lr"]) for p in plans] == [
+        ("sew_resnet18", 1e-3),
+        ("sew_resnet18", 3e-4),
+        ("spikformer_tiny", 1e-3),
+        ("spikformer_tiny", 3e-4),
+    ]
+    assert list(tmp_path.iterdir()) == []

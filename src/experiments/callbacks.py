@@ -22,7 +22,52 @@ def print_config_error(error: ConfigError) -> None:
     print(f"error: {error}", file=sys.stderr)
 
 
+def sweep_points(config: DictConfig) -> list[list[str]] | None:
+    """The override lists of every point of a basic-sweeper sweep, expanded as the sweeper
+    will expand them; None for other sweepers (they choose points while they run)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    sweeper = config.hydra.sweeper
+    if not str(sweeper.get("_target_", "")).endswith("BasicSweeper"):
+        return None
+    params = [f"{key}={value}" for key, value in (sweeper.get("params") or {}).items()]
+    parsed = OverridesParser.create().parse_overrides([*params, *config.hydra.overrides.task])
+    return [point for batch in BasicSweeper.split_arguments(parsed, None) for point in batch]
+
+
 class ValidateBeforeLaunch(Callback):
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Check every point of the sweep before the first one starts or is queued."""
+        import json
+
+        from hydra import compose
+
+        from experiments.plan import build_plan
+
+        points = sweep_points(config)
+        if points is None:
+            return
+        plans = []
+        for number, overrides in enumerate(points):
+            run_dir = Path(config.hydra.sweep.dir).absolute() / str(number)
+            try:
+                cfg = compose(config.hydra.job.config_name, overrides, return_hydra_config=True)
+                plans.append(build_plan(cfg, run_dir, overrides, dict(cfg.hydra.runtime.choices)))
+            except ConfigError as error:
+                print(
+                    f"error: sweep point {number} ({' '.join(overrides)}): {error}", file=sys.stderr
+                )
+                sys.exit(ConfigError.exit_code)
+        if config.dry_run == "json":
+            print(json.dumps([plan.as_dict() for plan in plans], indent=2))
+            sys.exit(0)
+        if config.dry_run:
+            for number, plan in enumerate(plans):
+                print(f"--- sweep point {number}: {' '.join(points[number])}")
+                print(plan.as_text())
+            sys.exit(0)
+
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         from experiments.plan import build_plan
 
