@@ -8,6 +8,8 @@ the launcher decides who runs it.
 from __future__ import annotations
 
 import logging
+import os
+import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -22,7 +24,15 @@ from experiments.callbacks import print_config_error
 from experiments.errors import ConfigError
 from experiments.plan import RunPlan, build_plan
 from experiments.run.checkpoint import CheckpointError
-from experiments.run.record import RunRecorder, git_commit, read_summary, user_command, versions
+from experiments.run.record import (
+    COMMAND_ENV,
+    RunRecorder,
+    git_commit,
+    read_summary,
+    user_command,
+    versions,
+    write_json_atomic,
+)
 
 log = logging.getLogger("experiments.train")
 _job_started = False
@@ -54,6 +64,8 @@ def run(plan: RunPlan, cwd: str) -> float | None:
             f"{previous['metrics']['val_accuracy']:.4f}); resume=null retrains it."
         )
         return previous["metrics"].get("val_accuracy")
+    if plan.choices.get("launcher") == "torchrun" and not distributed_env.is_worker():
+        return _launch_torchrun(plan)
     recorder = RunRecorder(
         plan.run_dir, _summary(plan, cwd, previous), enabled=distributed_env.rank() == 0
     )
@@ -72,6 +84,24 @@ def run(plan: RunPlan, cwd: str) -> float | None:
     if recorder.enabled:
         _report(plan, recorder.summary)
     return metrics["val_accuracy"]
+
+
+def _launch_torchrun(plan: RunPlan) -> float | None:
+    """Start the ranks; they share this run directory and rank 0 writes the record."""
+    from experiments.launchers import torchrun
+
+    env = {**os.environ, distributed_env.WORKER_ENV: "1", COMMAND_ENV: user_command()}
+    log.info("launching: %s", shlex.join(plan.launch_command))
+    returncode = torchrun.launch(plan.launch_command, env)
+    summary = read_summary(plan.run_dir) or {}
+    if returncode != 0:
+        if summary.get("status") != "failed":
+            summary.update(status="failed", error=f"torchrun exited with status {returncode}")
+            write_json_atomic(plan.run_dir / "summary.json", summary)
+        raise RuntimeError(
+            f"torchrun exited with status {returncode}; rank logs: {plan.run_dir}/train_rank*.log"
+        )
+    return summary.get("metrics", {}).get("val_accuracy")
 
 
 def _engine(name: str) -> Any:

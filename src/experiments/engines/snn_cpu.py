@@ -1,14 +1,17 @@
 """CPU engine for SNN classification: the same TrainingConfig SpikingJelly's trainer takes.
 
-SpikingJelly's `train_classification` needs CUDA and NCCL. This engine runs its pieces on the
-CPU instead of re-implementing them: the config's ModelBuilder builds the model, SpikingJelly's
-loaders shard the data, its execution helpers run forward and loss, `functional.reset_net`
-resets neuron state, its `_evaluate` computes validation metrics. What is ours: the loop, the
-progress bar, checkpoints in the run directory and the record.
+SpikingJelly's `train_classification` needs CUDA and NCCL. This engine runs its pieces on CPU
+ranks instead of re-implementing them: the config's ModelBuilder builds the (TP-sharded,
+pipeline-split) model, SpikingJelly's loaders shard the data, its execution helpers run forward
+and loss, `functional.reset_net` resets neuron state, its `_evaluate`/`_evaluate_pipeline`
+compute validation metrics, torch's DDP / `fully_shard` / `torch.distributed.pipelining` run
+the topology over gloo (cpu_parallel.py). What is ours: the loop, the progress bar,
+checkpoints in the run directory and the record.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import resource
@@ -19,21 +22,31 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from spikingjelly.activation_based import functional
 from spikingjelly.activation_based.distributed.vision import training as sj_training
 from spikingjelly.activation_based.distributed.vision.execution import (
     _classification_loss,
+    _classification_sequence,
     _forward_classification,
 )
 from spikingjelly.activation_based.precision import prepare_model_for_precision
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from tqdm import tqdm
 
+from experiments.engines.cpu_parallel import (
+    DEVICE,
+    ParallelContext,
+    pipeline_schedules,
+    wrap_data_parallel,
+)
 from experiments.plan import CHECKPOINT_DIRNAME, RunPlan
 from experiments.run import checkpoint
 from experiments.run.record import RunRecorder
 
 log = logging.getLogger(__name__)
-DEVICE = torch.device("cpu")
+STEPS = "steps.jsonl"
+FULL_STATE = StateDictOptions(full_state_dict=True)
 
 # SpikingJelly's loaders always ask for pinned memory; there is nothing to pin on a CPU run.
 warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as true.*")
@@ -44,202 +57,304 @@ def peak_memory_mb() -> float:
 
 
 def train(plan: RunPlan, recorder: RunRecorder) -> dict[str, Any]:
-    config = plan.training_config
-    dims = plan.dims
-    rank = 0
-    dp_rank, pp_rank, tp_rank = dims.coordinates(rank)
-    is_leader = rank == 0
-    torch.manual_seed(config.seed)
-    builder = config.model.get_builder_cls()(config.model)
-    model, _fsdp_roots, _, _ = builder.build(
-        process_group=None,
-        memopt_process_group=None,
-        pipeline_rank=pp_rank,
-        pipeline_size=dims.pipeline_parallel_size,
-        pipeline_microbatches=dims.pipeline_microbatches,
-        device=DEVICE,
-        micro_batch_size=config.batch_size,
-        memopt_level=0,
-        memopt_compress_inputs=False,
-        memopt_checkpoint_budget="memory",
-    )
-    functional.set_step_mode(model, config.model.step_mode)
-    precision = prepare_model_for_precision(model, DEVICE, config.precision)
-    model = precision.model
-    optimizer = sj_training._import_object(config.optimizer)(
-        model.parameters(), **config.optimizer_kwargs
-    )
-    scheduler = (
-        sj_training._import_object(config.scheduler)(optimizer, **config.scheduler_kwargs)
-        if config.scheduler
-        else None
-    )
-    loss_function = sj_training._build_loss_function(config)
-    train_loader, val_loader, train_sampler, _ = sj_training._build_loaders(
-        config, dp_size=dims.data_parallel_size, dp_rank=dp_rank
-    )
+    context = ParallelContext.setup(plan.dims)
+    try:
+        return _Trainer(plan, recorder, context).fit()
+    finally:
+        context.close()
 
-    def forward(images: torch.Tensor) -> torch.Tensor:
-        return _forward_classification(
-            model, images, config.model.time_steps, config.model.step_mode, config.input_layout
+
+class _Trainer:
+    def __init__(self, plan: RunPlan, recorder: RunRecorder, context: ParallelContext) -> None:
+        self.plan = plan
+        self.recorder = recorder
+        self.context = context
+        self.config = config = plan.training_config
+        dims = plan.dims
+        torch.manual_seed(config.seed)
+        builder = config.model.get_builder_cls()(config.model)
+        model, fsdp_roots, _, _ = builder.build(
+            process_group=context.tp_group,
+            memopt_process_group=None,
+            pipeline_rank=context.pp_rank,
+            pipeline_size=dims.pipeline_parallel_size,
+            pipeline_microbatches=dims.pipeline_microbatches,
+            device=DEVICE,
+            micro_batch_size=config.batch_size,
+            memopt_level=0,
+            memopt_compress_inputs=False,
+            memopt_checkpoint_budget="memory",
+        )
+        functional.set_step_mode(model, config.model.step_mode)
+        self.precision = prepare_model_for_precision(model, DEVICE, config.precision)
+        self.model = wrap_data_parallel(
+            self.precision.model, context, config.model.step_mode, config.precision, fsdp_roots
+        )
+        self.loss_function = sj_training._build_loss_function(config)
+        self.train_schedule = self.eval_schedule = None
+        if dims.pipeline_parallel_size > 1:
+            self.train_schedule, self.eval_schedule = pipeline_schedules(
+                self.model, context, self.loss_function
+            )
+        self.optimizer = sj_training._import_object(config.optimizer)(
+            self.model.parameters(), **config.optimizer_kwargs
+        )
+        self.scheduler = (
+            sj_training._import_object(config.scheduler)(self.optimizer, **config.scheduler_kwargs)
+            if config.scheduler
+            else None
+        )
+        self.train_loader, self.val_loader, self.train_sampler, _ = sj_training._build_loaders(
+            config, dp_size=dims.data_parallel_size, dp_rank=context.dp_rank
+        )
+        self.recipe = sj_training._recipe(config)
+        self.shard = checkpoint.shard_name(context.pp_rank, context.tp_rank)
+        self.root = plan.run_dir / CHECKPOINT_DIRNAME
+        self.check_replicas = bool(plan.trainer.get("check_replicas")) and (
+            dims.data_parallel == "ddp" and dims.data_parallel_size > 1
         )
 
-    recipe = sj_training._recipe(config)
-    shard = checkpoint.shard_name(pp_rank, tp_rank)
-    root = plan.run_dir / CHECKPOINT_DIRNAME
-    step = epoch = batch_in_epoch = 0
-    resumed_from = _resume(plan, root, shard, recipe, model, optimizer, scheduler)
-    if resumed_from is not None:
-        path, progress = resumed_from
-        step, epoch, batch_in_epoch = progress
-        recorder.summary["resumed_from"] = str(path)
-        recorder.summary["resumes"] = recorder.summary.get("resumes", 0) + 1
-        log.info("resumed from %s at step %d", path, step)
-    steps_per_epoch = len(train_loader)
-    epoch += batch_in_epoch // steps_per_epoch
-    batch_in_epoch %= steps_per_epoch
-    total_steps = config.epochs * steps_per_epoch
-    if config.max_steps is not None:
-        total_steps = min(total_steps, config.max_steps)
+    # --- one step -------------------------------------------------------------------------
 
-    def save(at_step: int, at_epoch: int, at_batch: int) -> None:
+    def _forward(self, images: torch.Tensor) -> torch.Tensor:
+        model = self.config.model
+        return _forward_classification(
+            self.model, images, model.time_steps, model.step_mode, self.config.input_layout
+        )
+
+    def _step(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """One optimizer step; returns the loss averaged over the data-parallel ranks."""
+        context, dims = self.context, self.plan.dims
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.train_schedule is None:
+            loss = _classification_loss(self._forward(images), targets, self.loss_function)
+            loss.backward()
+            loss = loss.detach()
+        else:
+            sequence = _classification_sequence(
+                images, self.config.model.time_steps, self.config.input_layout, batch_first=True
+            )
+            losses: list[torch.Tensor] = []
+            if context.pp_rank == 0:
+                self.train_schedule.step(sequence)
+            elif context.pp_rank == dims.pipeline_parallel_size - 1:
+                self.train_schedule.step(target=targets, losses=losses)
+            else:
+                self.train_schedule.step()
+            loss = torch.stack(losses).mean().detach() if losses else torch.zeros(())
+            dist.broadcast(loss, src=context.last_stage_rank, group=context.pp_group)
+            if dims.data_parallel == "ddp" and dims.data_parallel_size > 1:
+                for parameter in self.model.parameters():  # DDP does not wrap pipeline stages
+                    if parameter.grad is not None:
+                        dist.all_reduce(parameter.grad, group=context.dp_group)
+                        parameter.grad.div_(dims.data_parallel_size)
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        if self.train_schedule is None:
+            functional.reset_net(self.model)
+        return context.all_reduce_dp(loss.clone()) / dims.data_parallel_size
+
+    def _replica_spread(self) -> float:
+        """Largest difference of any parameter sum across data-parallel replicas."""
+        sums = torch.stack([p.detach().double().sum() for p in self.model.parameters()])
+        gathered = [torch.empty_like(sums) for _ in range(self.plan.dims.data_parallel_size)]
+        dist.all_gather(gathered, sums, group=self.context.dp_group)
+        stacked = torch.stack(gathered)
+        return (stacked.max(0).values - stacked.min(0).values).abs().max().item()
+
+    def _evaluate(self) -> tuple[float, float]:
+        context, dims = self.context, self.plan.dims
+        if self.eval_schedule is None:
+            return sj_training._evaluate(
+                self.model,
+                self.val_loader,
+                device=DEVICE,
+                precision=self.precision,
+                loss_function=self.loss_function,
+                dp_group=context.dp_group,
+                dp_size=dims.data_parallel_size,
+                sync_buffers=self.config.model.step_mode == "s"
+                and dims.data_parallel == "ddp"
+                and dims.data_parallel_size > 1,
+                forward_step=self._forward,
+            )
+        self.model.eval()
+        try:
+            return sj_training._evaluate_pipeline(
+                self.eval_schedule,
+                self.val_loader,
+                time_steps=self.config.model.time_steps,
+                input_layout=self.config.input_layout,
+                device=DEVICE,
+                precision=self.precision,
+                loss_function=self.loss_function,
+                dp_group=context.dp_group,
+                dp_size=dims.data_parallel_size,
+                pp_group=context.pp_group,
+                pp_rank=context.pp_rank,
+                pp_size=dims.pipeline_parallel_size,
+                tp_size=dims.tensor_parallel_size,
+            )
+        finally:
+            self.model.train()
+
+    # --- checkpoints ----------------------------------------------------------------------
+
+    def _save(self, step: int, epoch: int, batch_in_epoch: int) -> None:
+        model_state, optimizer_state = get_state_dict(
+            self.model, self.optimizer, options=FULL_STATE
+        )
         state = {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict() if scheduler is not None else {},
+            "model": model_state,
+            "optimizer": optimizer_state,
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else {},
             "rng": {"torch": torch.get_rng_state()},
         }
         meta = {
-            "epoch": at_epoch,
-            "batch_in_epoch": at_batch,
-            "recipe": recipe,
-            "mesh": dims.as_dict(),
+            "epoch": epoch,
+            "batch_in_epoch": batch_in_epoch,
+            "recipe": self.recipe,
+            "mesh": self.plan.dims.as_dict(),
         }
         checkpoint.save(
-            root,
-            at_step,
+            self.root,
+            step,
             state,
             meta,
-            shard=shard,
-            is_writer=dp_rank == 0,
-            is_leader=is_leader,
-            barrier=lambda: None,
-            keep=plan.trainer["keep_checkpoints"],
+            shard=self.shard,
+            is_writer=self.context.dp_rank == 0,
+            is_leader=self.context.is_leader,
+            barrier=self.context.barrier,
+            keep=self.plan.trainer["keep_checkpoints"],
         )
 
-    global_batch = config.batch_size * dims.data_parallel_size
-    train_seconds = 0.0
-    timed_images = 0
-    last_loss = math.nan
-    val_loss = val_accuracy = math.nan
-    saved_step = step
-    bar = tqdm(
-        total=total_steps,
-        initial=step,
-        unit="step",
-        disable=not is_leader,
-        dynamic_ncols=True,
-        mininterval=1.0 if sys.stderr.isatty() else 15.0,
-    )
-    model.train()
-    while epoch < config.epochs and step < total_steps:
-        train_sampler.set_epoch(epoch)
-        bar.set_description(f"epoch {epoch + 1}/{config.epochs}")
-        epoch_loss = torch.zeros((), dtype=torch.float64)
-        epoch_samples = 0
-        epoch_started_images, epoch_started_seconds = timed_images, train_seconds
-        for index, (images, targets) in enumerate(train_loader):
-            if index < batch_in_epoch:
-                continue  # resume mid-epoch: same sampler order, skip what was trained
-            started = time.perf_counter()
-            optimizer.zero_grad(set_to_none=True)
-            loss = _classification_loss(forward(images), targets, loss_function)
-            loss.backward()
-            optimizer.step()
-            if scheduler is not None:
-                scheduler.step()
-            functional.reset_net(model)
-            train_seconds += time.perf_counter() - started
-            timed_images += targets.numel() * dims.data_parallel_size
-            step += 1
-            last_loss = loss.item()
-            epoch_loss += last_loss * targets.numel()
-            epoch_samples += targets.numel()
-            bar.update(1)
-            bar.set_postfix(
-                loss=f"{last_loss:.4f}", img_s=f"{timed_images / train_seconds:.0f}", refresh=False
+    def _resume(self) -> tuple[int, int, int]:
+        plan = self.plan
+        if plan.resume is None:
+            return 0, 0, 0
+        if plan.resume == "auto":
+            found = checkpoint.load_latest(self.root, self.shard, self.recipe)
+            if found is None:
+                return 0, 0, 0
+            path, state, meta = found
+        else:
+            path = Path(plan.resume)
+            state, meta = checkpoint.load(path, self.shard, self.recipe)
+        # Every rank must resume from the same step; a rank whose newest shard was corrupt
+        # would otherwise fall back alone.
+        steps = self.context.gather(int(meta["step"]))
+        if len(set(steps)) != 1:
+            raise checkpoint.CheckpointError(
+                f"ranks found different newest checkpoints (steps {steps}) in {self.root}"
             )
-            if step % plan.trainer["log_every_n_steps"] == 0:
-                recorder.scalar("train/loss", last_loss, step)
-            if config.checkpoint_interval and step % config.checkpoint_interval == 0:
-                save(step, epoch, index + 1)
-                saved_step = step
-            if step >= total_steps:
-                break
-        batch_in_epoch = 0
-        epoch += 1
-        val_loss, val_accuracy = sj_training._evaluate(
-            model,
-            val_loader,
-            device=DEVICE,
-            precision=precision,
-            loss_function=loss_function,
-            dp_group=None,
-            dp_size=1,
-            sync_buffers=False,
-            forward_step=forward,
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optimizer"],
+            options=FULL_STATE,
         )
-        epoch_seconds = train_seconds - epoch_started_seconds
-        recorder.log_metrics(
-            {
-                "step": step,
-                "epoch": epoch,
-                "train_loss": (epoch_loss / max(epoch_samples, 1)).item(),
-                "val_loss": val_loss,
-                "val_accuracy": val_accuracy,
-                "images_per_second": (timed_images - epoch_started_images)
-                / max(epoch_seconds, 1e-9),
-                "peak_memory_mb": peak_memory_mb(),
-                "lr": optimizer.param_groups[0]["lr"],
-            }
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng"]["torch"])
+        self.recorder.summary["resumed_from"] = str(path)
+        self.recorder.summary["resumes"] = self.recorder.summary.get("resumes", 0) + 1
+        log.info("resumed from %s at step %d", path, meta["step"])
+        return int(meta["step"]), int(meta["epoch"]), int(meta["batch_in_epoch"])
+
+    # --- the loop -------------------------------------------------------------------------
+
+    def fit(self) -> dict[str, Any]:
+        config, dims, context, recorder = self.config, self.plan.dims, self.context, self.recorder
+        step, epoch, batch_in_epoch = self._resume()
+        steps_per_epoch = len(self.train_loader)
+        epoch += batch_in_epoch // steps_per_epoch
+        batch_in_epoch %= steps_per_epoch
+        total_steps = config.epochs * steps_per_epoch
+        if config.max_steps is not None:
+            total_steps = min(total_steps, config.max_steps)
+        log_every = self.plan.trainer["log_every_n_steps"]
+        train_seconds = 0.0
+        timed_images = 0
+        last_loss = val_loss = val_accuracy = math.nan
+        saved_step = step
+        bar = tqdm(
+            total=total_steps,
+            initial=step,
+            unit="step",
+            disable=not context.is_leader,
+            dynamic_ncols=True,
+            mininterval=1.0 if sys.stderr.isatty() else 15.0,
         )
-        bar.write(f"epoch {epoch}: val_accuracy={val_accuracy:.4f} val_loss={val_loss:.4f}")
-    bar.close()
-    if step != saved_step:
-        save(step, epoch, 0)
-    return {
-        "val_accuracy": val_accuracy,
-        "val_loss": val_loss,
-        "train_loss": last_loss,
-        "images_per_second": timed_images / train_seconds if train_seconds else 0.0,
-        "steps": step,
-        "global_batch": global_batch,
-        "peak_memory_mb": peak_memory_mb(),
-    }
+        self.model.train()
+        while epoch < config.epochs and step < total_steps:
+            self.train_sampler.set_epoch(epoch)
+            bar.set_description(f"epoch {epoch + 1}/{config.epochs}")
+            epoch_loss, epoch_steps = 0.0, 0
+            epoch_images, epoch_seconds = timed_images, train_seconds
+            for index, (images, targets) in enumerate(self.train_loader):
+                if index < batch_in_epoch:
+                    continue  # resume mid-epoch: same sampler order, skip what was trained
+                started = time.perf_counter()
+                loss = self._step(images, targets)
+                train_seconds += time.perf_counter() - started
+                timed_images += targets.numel() * dims.data_parallel_size
+                step += 1
+                last_loss = loss.item()
+                epoch_loss += last_loss
+                epoch_steps += 1
+                bar.update(1)
+                bar.set_postfix(
+                    loss=f"{last_loss:.4f}",
+                    img_s=f"{timed_images / train_seconds:.0f}",
+                    refresh=False,
+                )
+                if step % log_every == 0:
+                    self._log_step(step, last_loss, timed_images / train_seconds)
+                if config.checkpoint_interval and step % config.checkpoint_interval == 0:
+                    self._save(step, epoch, index + 1)
+                    saved_step = step
+                if step >= total_steps:
+                    break
+            batch_in_epoch = 0
+            epoch += 1
+            val_loss, val_accuracy = self._evaluate()
+            seconds = train_seconds - epoch_seconds
+            memory = context.gather(peak_memory_mb())
+            recorder.log_metrics(
+                {
+                    "step": step,
+                    "epoch": epoch,
+                    "train_loss": epoch_loss / max(epoch_steps, 1),
+                    "val_loss": val_loss,
+                    "val_accuracy": val_accuracy,
+                    "images_per_second": (timed_images - epoch_images) / max(seconds, 1e-9),
+                    "peak_memory_mb": max(memory),
+                    "peak_memory_mb_per_rank": memory,
+                    "lr": self.optimizer.param_groups[0]["lr"],
+                }
+            )
+            if context.is_leader:  # tqdm.write prints even where the bar is disabled
+                bar.write(f"epoch {epoch}: val_accuracy={val_accuracy:.4f} val_loss={val_loss:.4f}")
+        bar.close()
+        if step != saved_step:
+            self._save(step, epoch, 0)
+        return {
+            "val_accuracy": val_accuracy,
+            "val_loss": val_loss,
+            "train_loss": last_loss,
+            "images_per_second": timed_images / train_seconds if train_seconds else 0.0,
+            "steps": step,
+            "global_batch": config.batch_size * dims.data_parallel_size,
+            "peak_memory_mb_per_rank": context.gather(peak_memory_mb()),
+        }
 
-
-def _resume(
-    plan: RunPlan,
-    root: Path,
-    shard: str,
-    recipe: dict[str, Any],
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-) -> tuple[Path, tuple[int, int, int]] | None:
-    if plan.resume is None:
-        return None
-    if plan.resume == "auto":
-        found = checkpoint.load_latest(root, shard, recipe)
-        if found is None:
-            return None
-        path, state, meta = found
-    else:
-        path = Path(plan.resume)
-        state, meta = checkpoint.load(path, shard, recipe)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    if scheduler is not None:
-        scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["rng"]["torch"])
-    return path, (int(meta["step"]), int(meta["epoch"]), int(meta["batch_in_epoch"]))
+    def _log_step(self, step: int, loss: float, images_per_second: float) -> None:
+        record = {"step": step, "loss": loss, "images_per_second": images_per_second}
+        if self.check_replicas:
+            record["replica_max_diff"] = self._replica_spread()
+        self.recorder.scalar("train/loss", loss, step)
+        if self.recorder.enabled:
+            with open(self.plan.run_dir / STEPS, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")

@@ -51,4 +51,23 @@ def command(launcher: dict, overrides: list[str], run_dir: str) -> list[str]:
         ]
     else:
         cmd.append("--standalone")
-    return [*cmd, "-m", "experiments.train", *overrides, f"hydra.run.dir={run_dir}"]
+    # Workers join the launching process's run directory; it already wrote .hydra/.
+    return [
+        *cmd,
+        "-m",
+        "experiments.train",
+        *overrides,
+        f"hydra.run.dir={run_dir}",
+        "hydra.output_subdir=null",
+    ]
+
+
+def launch(command_line: list[str], env: dict[str, str]) -> int:
+    """Run torchrun from this interpreter's environment (no reliance on PATH)."""
+    import subprocess
+    import sys
+
+    assert command_line[0] == "torchrun"
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", *command_line[1:]], env=env, check=False
+    ).returncode
