@@ -171,3 +171,46 @@ def test_dry_run_json_for_topologies_this_machine_cannot_run(
     assert dp * pp * tp == plan["world_size"]
     assert plan["batch"]["global"] == plan["batch"]["per_rank"] * dp
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_cuda_path_dry_run_shows_the_exact_library_config_and_sbatch(tmp_path: Path) -> None:
+    """This machine has no GPU; the CUDA path is covered by what it would hand over:
+    SpikingJelly's train_classification gets this TrainingConfig on 8 GPU ranks."""
+    from spikingjelly.activation_based.distributed.vision import TrainingConfig
+
+    args = [
+        "model=sew_resnet34",
+        "topology=fsdp2",
+        "topology.tensor_parallel_size=2",
+        "launcher=slurm",
+        "launcher.nodes=2",
+        "launcher.tasks_per_node=4",
+        "launcher.gpus_per_node=4",
+        "launcher.partition=gpu",
+        "trainer.precision=bf16",
+        "data.image_size=32",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        "dry_run=json",
+    ]
+    result = run_cli(args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert (plan["engine"], plan["device"], plan["backend"]) == ("spikingjelly", "cuda", "nccl")
+    assert plan["world_size"] == 8 and plan["mesh"]["shape"] == [4, 1, 2]
+    config = TrainingConfig.from_dict(plan["library_config"])  # SpikingJelly accepts it as is
+    assert config.data_parallel == "fsdp2" and config.tensor_parallel_size == 2
+    assert config.precision.mode == "bf16"
+    assert config.model.image_size == 32 and config.model.num_classes == 10
+    assert config.dataset_builder == "experiments.data.digits.build_digits_datasets"
+    assert str(config.checkpoint_dir) == str(tmp_path / "run" / "checkpoints")
+    sbatch = "\n".join(plan["command"])
+    for line in (
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --gpus-per-node=4",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --time=60",
+    ):
+        assert line in sbatch
+    assert not (tmp_path / "run").exists()
