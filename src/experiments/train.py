@@ -140,6 +140,8 @@ def _summary(plan: RunPlan, cwd: str, previous: dict[str, Any] | None) -> dict[s
         versions=versions(),
         git_commit=git_commit(cwd) or git_commit(str(Path(__file__).parent)),
         resumes=(previous or {}).get("resumes", 0),
+        # torchrun restarts after a rank died (launcher.max_restarts); 0 elsewhere
+        restarts=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
     )
     return summary
 

@@ -94,6 +94,21 @@ class ParallelContext:
             dist.all_reduce(tensor, group=self.dp_group)
         return tensor
 
+    def all_true(self, flag: bool) -> bool:
+        if not dist.is_initialized():
+            return flag
+        value = torch.tensor(int(flag))
+        dist.all_reduce(value, op=dist.ReduceOp.MIN)
+        return bool(value.item())
+
+    def broadcast(self, value: Any) -> Any:
+        """Rank 0's value on every rank."""
+        if not dist.is_initialized():
+            return value
+        holder = [value]
+        dist.broadcast_object_list(holder, src=0)
+        return holder[0]
+
     def gather(self, value: Any) -> list[Any]:
         if not dist.is_initialized():
             return [value]

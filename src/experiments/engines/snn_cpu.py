@@ -11,7 +11,6 @@ checkpoints in the run directory and the record.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import resource
@@ -42,10 +41,9 @@ from experiments.engines.cpu_parallel import (
 )
 from experiments.plan import CHECKPOINT_DIRNAME, RunPlan
 from experiments.run import checkpoint
-from experiments.run.record import RunRecorder
+from experiments.run.record import STEPS, RunRecorder, append_jsonl
 
 log = logging.getLogger(__name__)
-STEPS = "steps.jsonl"
 FULL_STATE = StateDictOptions(full_state_dict=True)
 
 # SpikingJelly's loaders always ask for pinned memory; there is nothing to pin on a CPU run.
@@ -230,24 +228,18 @@ class _Trainer:
         )
 
     def _resume(self) -> tuple[int, int, int]:
-        plan = self.plan
+        plan, context = self.plan, self.context
         if plan.resume is None:
-            return 0, 0, 0
-        if plan.resume == "auto":
-            found = checkpoint.load_latest(self.root, self.shard, self.recipe)
-            if found is None:
-                return 0, 0, 0
-            path, state, meta = found
+            candidates = []
+        elif plan.resume == "auto":  # rank 0's listing, so every rank tries the same steps
+            candidates = context.broadcast(checkpoint.complete_checkpoints(self.root))
         else:
-            path = Path(plan.resume)
-            state, meta = checkpoint.load(path, self.shard, self.recipe)
-        # Every rank must resume from the same step; a rank whose newest shard was corrupt
-        # would otherwise fall back alone.
-        steps = self.context.gather(int(meta["step"]))
-        if len(set(steps)) != 1:
-            raise checkpoint.CheckpointError(
-                f"ranks found different newest checkpoints (steps {steps}) in {self.root}"
-            )
+            candidates = [Path(plan.resume)]
+        found = checkpoint.load_agreed(candidates, self.shard, self.recipe, context.all_true)
+        if found is None:
+            self.recorder.truncate_logs(after_step=0)
+            return 0, 0, 0
+        path, state, meta = found
         set_state_dict(
             self.model,
             self.optimizer,
@@ -258,10 +250,13 @@ class _Trainer:
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"]["torch"])
+        step = int(meta["step"])
+        # Steps after the checkpoint are trained again: drop their records, keep one history.
+        self.recorder.truncate_logs(after_step=step)
         self.recorder.summary["resumed_from"] = str(path)
         self.recorder.summary["resumes"] = self.recorder.summary.get("resumes", 0) + 1
-        log.info("resumed from %s at step %d", path, meta["step"])
-        return int(meta["step"]), int(meta["epoch"]), int(meta["batch_in_epoch"])
+        log.info("resumed from %s at step %d", path, step)
+        return step, int(meta["epoch"]), int(meta["batch_in_epoch"])
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -356,5 +351,4 @@ class _Trainer:
             record["replica_max_diff"] = self._replica_spread()
         self.recorder.scalar("train/loss", loss, step)
         if self.recorder.enabled:
-            with open(self.plan.run_dir / STEPS, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record) + "\n")
+            append_jsonl(self.plan.run_dir / STEPS, record)

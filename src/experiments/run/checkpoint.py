@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,16 @@ from experiments.run.record import write_json_atomic
 log = logging.getLogger(__name__)
 META = "meta.json"
 PREFIX = "step_"
+
+
+# Fault injection for the test suite: SIGKILL this process after its shard of step N is on
+# disk but before the checkpoint is sealed, i.e. a crash in the middle of a save.
+FAULT_ENV = "EXPERIMENTS_FAULT_KILL_DURING_SAVE"
+
+
+def _inject_fault(step: int) -> None:
+    if os.environ.get(FAULT_ENV) == str(step):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class CheckpointError(RuntimeError):
@@ -70,6 +81,7 @@ def save(
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, partial / shard)
+        _inject_fault(step)
     barrier()
     if is_leader:
         write_json_atomic(partial / META, {**meta, "step": step})
@@ -99,22 +111,29 @@ def load(path: Path, shard: str, recipe: dict[str, Any]) -> tuple[dict[str, Any]
     return state, meta
 
 
-def load_latest(
-    root: Path, shard: str, recipe: dict[str, Any]
+def load_agreed(
+    candidates: list[Path], shard: str, recipe: dict[str, Any], all_ranks_ok: Callable[[bool], bool]
 ) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
-    """The newest checkpoint that loads; a corrupt one is reported and the previous one used."""
-    candidates = complete_checkpoints(root)
+    """The newest candidate that loads on every rank. A checkpoint that fails to load on any
+    rank (truncated, corrupt) is reported with its path and the previous one is tried, so all
+    ranks resume from the same step. If candidates exist but none loads, that is an error:
+    silently starting from scratch would lose the run's work."""
     failures = []
     for path in candidates:
         try:
             state, meta = load(path, shard, recipe)
+            error = None
         except CheckpointError:
-            raise
-        except Exception as error:  # truncated or corrupt files raise many types
-            log.warning("checkpoint %s cannot be loaded (%s); trying the previous one", path, error)
-            failures.append(f"{path}: {error}")
-            continue
-        return path, state, meta
+            raise  # a different config: the same answer on every rank
+        except Exception as exception:  # truncated or corrupt files raise many types
+            state = meta = None
+            error = f"{path}: {type(exception).__name__}: {exception}"
+        if all_ranks_ok(error is None):
+            assert state is not None and meta is not None
+            return path, state, meta
+        reason = error or "a shard on another rank cannot be loaded"
+        log.warning("checkpoint %s cannot be loaded (%s); trying the previous one", path, reason)
+        failures.append(reason)
     if failures:
-        raise CheckpointError(f"no checkpoint in {root} can be loaded: " + "; ".join(failures))
+        raise CheckpointError("no checkpoint can be loaded: " + "; ".join(failures))
     return None

@@ -19,6 +19,7 @@ from typing import Any
 
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
+STEPS = "steps.jsonl"
 TENSORBOARD = "tensorboard"
 COMMAND_ENV = "EXPERIMENTS_COMMAND"  # the user's command, handed to torchrun workers
 PACKAGES = (
@@ -43,6 +44,11 @@ def write_json_atomic(path: Path, value: Any) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
 
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
@@ -112,12 +118,28 @@ class RunRecorder:
     def log_metrics(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        with open(self.run_dir / METRICS, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+        append_jsonl(self.run_dir / METRICS, record)
         step = int(record.get("step", 0))
         for key, value in record.items():
             if key not in ("step", "epoch") and isinstance(value, (int, float)):
                 self.scalar(f"epoch/{key}", value, step)
+
+    def truncate_logs(self, after_step: int) -> None:
+        """Keep the records of steps <= after_step (0: a fresh start keeps none)."""
+        if not self.enabled:
+            return
+        for name in (METRICS, STEPS):
+            path = self.run_dir / name
+            if not path.exists():
+                continue
+            kept = [
+                line
+                for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= after_step
+            ]
+            tmp = path.with_name(f".{name}.tmp")
+            tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+            os.replace(tmp, path)
 
     def scalar(self, tag: str, value: float, step: int) -> None:
         if not self.enabled:

@@ -1,0 +1,234 @@
+"""Nothing lost: real processes are killed, checkpoints corrupted, saves interrupted; every run
+must end with the step count and losses of an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import BIN, CLI, read_jsonl, run_cli
+
+pytestmark = pytest.mark.slow
+
+BASE = [
+    "data=synthetic",
+    "data.train_size=256",
+    "data.val_size=64",
+    "model.time_steps=2",
+    "trainer.batch_size=8",
+    "trainer.log_every_n_steps=1",
+    "trainer.epochs=1",
+    "trainer.max_steps=12",
+    "trainer.checkpoint_interval=4",
+    "trainer.keep_checkpoints=3",
+    "seed=5",
+]
+DDP = ["topology=ddp", "launcher=torchrun", "launcher.nproc_per_node=2"]
+
+
+def losses(run_dir: Path) -> list[float]:
+    records = read_jsonl(run_dir / "steps.jsonl")
+    assert [r["step"] for r in records] == list(range(1, len(records) + 1)), "one record a step"
+    return [r["loss"] for r in records]
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def train(run_dir: Path, args: list[str], **kwargs) -> subprocess.CompletedProcess | None:
+    result = run_cli([*BASE, *args, f"hydra.run.dir={run_dir}"], cwd=run_dir.parent, **kwargs)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+def start(run_dir: Path, args: list[str]) -> subprocess.Popen:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.Popen(
+        [CLI, *BASE, *args, f"hydra.run.dir={run_dir}"],
+        cwd=run_dir.parent,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        path = run_dir / "steps.jsonl"
+        if path.exists() and any(r["step"] >= step for r in read_jsonl(path)):
+            return
+        assert proc.poll() is None, f"run ended before step {step}: {proc.stderr.read()[-3000:]}"
+        time.sleep(0.05)
+    raise TimeoutError(f"step {step} not reached")
+
+
+def worker_pid(run_dir: Path, rank: int) -> int:
+    """The torchrun worker process of `rank` for this run (found through /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            f"hydra.run.dir={run_dir}".encode() in cmdline
+            and b"EXPERIMENTS_WORKER=1" in environ
+            and f"RANK={rank}".encode() in environ
+        ):
+            return int(entry.name)
+    raise LookupError(f"no worker of rank {rank}")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[float]]:
+    """Uninterrupted runs: the trajectories every interrupted run must reproduce."""
+    root = tmp_path_factory.mktemp("reference")
+    train(root / "single", [])
+    train(root / "single_again", [])
+    train(root / "ddp", DDP)
+    return {name: losses(root / name) for name in ("single", "single_again", "ddp")}
+
+
+def test_same_config_and_seed_give_identical_losses(reference: dict[str, list[float]]) -> None:
+    assert len(reference["single"]) == 12
+    assert reference["single"] == reference["single_again"]  # bit for bit on the CPU
+
+
+def test_killed_process_resumes_on_rerun_onto_the_same_trajectory(
+    tmp_path: Path, reference: dict[str, list[float]]
+) -> None:
+    run_dir = tmp_path / "run"
+    proc = start(run_dir, [])
+    wait_for_step(run_dir, 6, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert summary(run_dir)["status"] == "running"  # what a killed run leaves behind
+    train(run_dir, [])  # the same command again
+    record = summary(run_dir)
+    assert (record["status"], record["metrics"]["steps"], record["resumes"]) == ("completed", 12, 1)
+    assert record["resumed_from"].endswith("step_00000004") or record["resumed_from"].endswith(
+        "step_00000008"
+    )
+    assert losses(run_dir) == pytest.approx(reference["single"], rel=1e-6)
+
+
+@pytest.mark.dist
+def test_sigkill_of_one_rank_is_survived_through_torchrun_restarts(
+    tmp_path: Path, reference: dict[str, list[float]]
+) -> None:
+    run_dir = tmp_path / "run"
+    proc = start(run_dir, [*DDP, "launcher.max_restarts=1"])
+    wait_for_step(run_dir, 6, proc)
+    os.kill(worker_pid(run_dir, rank=1), signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-4000:]
+    record = summary(run_dir)
+    assert (record["status"], record["metrics"]["steps"]) == ("completed", 12)
+    assert (record["resumes"], record["restarts"]) == (1, 1)
+    assert losses(run_dir) == pytest.approx(reference["ddp"], rel=1e-5)
+
+
+def test_truncated_checkpoint_is_reported_and_the_previous_one_used(
+    tmp_path: Path, reference: dict[str, list[float]]
+) -> None:
+    run_dir = tmp_path / "run"
+    proc = start(run_dir, [])
+    wait_for_step(run_dir, 10, proc)  # checkpoints at 4 and 8 are complete
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    shard = run_dir / "checkpoints" / "step_00000008" / "pp_0000_tp_0000.pt"
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    result = train(run_dir, [])
+    log = result.stdout + (run_dir / "train.log").read_text()
+    assert f"checkpoint {shard.parent} cannot be loaded" in log
+    record = summary(run_dir)
+    assert record["resumed_from"].endswith("step_00000004")
+    assert record["metrics"]["steps"] == 12
+    assert losses(run_dir) == pytest.approx(reference["single"], rel=1e-6)
+
+
+def test_no_loadable_checkpoint_stops_with_a_clear_error(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = start(run_dir, [])
+    wait_for_step(run_dir, 6, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    (shard,) = (run_dir / "checkpoints").glob("step_*/pp_0000_tp_0000.pt")
+    shard.write_bytes(b"not a checkpoint")
+    result = run_cli([*BASE, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert result.returncode == 1
+    assert "no checkpoint can be loaded" in result.stderr and str(shard.parent) in result.stderr
+    assert "Traceback" not in result.stderr
+    record = summary(run_dir)
+    assert record["status"] == "failed" and "no checkpoint can be loaded" in record["error"]
+
+
+def test_crash_while_saving_leaves_the_previous_checkpoint_as_latest(
+    tmp_path: Path, reference: dict[str, list[float]]
+) -> None:
+    run_dir = tmp_path / "run"
+    crashed = run_cli(
+        [*BASE, f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        env={"EXPERIMENTS_FAULT_KILL_DURING_SAVE": "8"},
+    )
+    assert crashed.returncode == -signal.SIGKILL
+    checkpoints = run_dir / "checkpoints"
+    assert (checkpoints / ".step_00000008.partial" / "pp_0000_tp_0000.pt").exists()
+    assert sorted(p.name for p in checkpoints.iterdir() if not p.name.startswith(".")) == [
+        "step_00000004"
+    ]
+    train(run_dir, [])
+    record = summary(run_dir)
+    assert record["resumed_from"].endswith("step_00000004")
+    assert record["metrics"]["steps"] == 12
+    assert not list(checkpoints.glob(".*partial"))
+    assert losses(run_dir) == pytest.approx(reference["single"], rel=1e-6)
+
+
+def test_checkpoint_of_a_different_config_is_refused(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = start(run_dir, [])
+    wait_for_step(run_dir, 6, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    result = run_cli([*BASE, "optimizer.lr=0.5", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert result.returncode == 1
+    assert "written by a different config (differs in: optimizer_kwargs)" in result.stderr
+
+
+def test_checkpoints_load_without_unpickling_arbitrary_objects(tmp_path: Path) -> None:
+    import pickle
+
+    import torch
+
+    from experiments.run import checkpoint
+
+    run_dir = tmp_path / "run"
+    train(run_dir, ["trainer.max_steps=4"])
+    path = run_dir / "checkpoints" / "step_00000004"
+    recipe = json.loads((path / "meta.json").read_text())["recipe"]
+    state, meta = checkpoint.load(path, "pp_0000_tp_0000.pt", recipe)
+    assert meta["step"] == 4 and "model" in state
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "meta.json").write_text(json.dumps({"step": 1, "recipe": recipe}))
+    torch.save({"model": Payload()}, evil / "pp_0000_tp_0000.pt", pickle_protocol=2)
+    with pytest.raises(pickle.UnpicklingError):
+        checkpoint.load(evil, "pp_0000_tp_0000.pt", recipe)
