@@ -16,5 +16,24 @@ def _log_name(job_name: str) -> str:
     return f"{job_name}_rank{distributed_env.rank()}" if distributed_env.is_worker() else job_name
 
 
+def _sweep_id() -> str:
+    """Name of a sweep's directory, derived from its command line: re-running the same sweep
+    finds its earlier points (completed ones are skipped, interrupted ones resume)."""
+    import hashlib
+    import re
+    import sys
+
+    words = [
+        a
+        for a in sys.argv[1:]
+        if a not in ("-m", "--multirun") and not a.startswith(("hydra.sweep.", "hydra/launcher"))
+    ]
+    digest = hashlib.sha1("\0".join(words).encode()).hexdigest()[:8]
+    # Only characters that need no quoting in a path or in a Hydra override.
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", "_".join(words))[:60].strip("_")
+    return f"{slug}-{digest}" if slug else digest
+
+
+OmegaConf.register_new_resolver("experiments.sweep_id", _sweep_id, use_cache=True, replace=True)
 OmegaConf.register_new_resolver("experiments.null_if_zero", _null_if_zero, replace=True)
 OmegaConf.register_new_resolver("experiments.log_name", _log_name, replace=True)

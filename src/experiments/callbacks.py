@@ -12,6 +12,7 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from experiments import distributed_env
@@ -36,7 +37,25 @@ def sweep_points(config: DictConfig) -> list[list[str]] | None:
     return [point for batch in BasicSweeper.split_arguments(parsed, None) for point in batch]
 
 
-class ValidateBeforeLaunch(Callback):
+class ExperimentsCallback(Callback):
+    """Checks every run and sweep point before launch; keeps the sweep report current."""
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        """Keep the sweep report current as points finish (also on Slurm nodes)."""
+        if config.hydra.mode == RunMode.MULTIRUN and not distributed_env.is_worker():
+            from experiments.report import write_report
+
+            write_report(Path(config.hydra.sweep.dir))
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from experiments.report import format_outcome, write_report
+
+        sweep_dir = Path(config.hydra.sweep.dir)
+        outcome = write_report(sweep_dir)
+        print(format_outcome(sweep_dir, outcome))
+        if outcome["failed"]:
+            sys.exit(1)
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Check every point of the sweep before the first one starts or is queued."""
         import json

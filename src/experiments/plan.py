@@ -147,7 +147,6 @@ def build_plan(
         run_dir,
         resume,
     )
-    user_overrides = [o for o in overrides if not o.startswith(("dry_run=", "hydra.run.dir="))]
     return RunPlan(
         choices=dict(choices),
         run_dir=run_dir,
@@ -159,10 +158,15 @@ def build_plan(
         device=device,
         backend="nccl" if device == "cuda" else "gloo",
         training_config=training_config,
-        launch_command=module.command(launcher, user_overrides, str(run_dir)),
+        launch_command=module.command(launcher, user_overrides(overrides), str(run_dir)),
         resume=resume,
         trainer=trainer,
     )
+
+
+def user_overrides(overrides: list[str]) -> list[str]:
+    """The overrides a launched process repeats: not the dry run, not the run directory."""
+    return [o for o in overrides if not o.startswith(("dry_run=", "hydra.run.dir="))]
 
 
 def _resolve(cfg: DictConfig) -> dict[str, Any]:

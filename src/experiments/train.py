@@ -8,8 +8,10 @@ the launcher decides who runs it.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shlex
+import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -17,12 +19,13 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from experiments import distributed_env
 from experiments.callbacks import print_config_error
 from experiments.errors import ConfigError
-from experiments.plan import RunPlan, build_plan
+from experiments.plan import RunPlan, build_plan, user_overrides
 from experiments.run.checkpoint import CheckpointError
 from experiments.run.record import (
     COMMAND_ENV,
@@ -50,10 +53,25 @@ def app(cfg: DictConfig) -> float | None:
             list(hydra_cfg.overrides.task),
             dict(hydra_cfg.runtime.choices),
         )
-    except ConfigError as error:  # only reachable for sweep points: single runs are checked earlier
-        print_config_error(error)
-        raise
-    return run(plan, cwd=hydra_cfg.runtime.cwd)
+        return run(plan, cwd=hydra_cfg.runtime.cwd)
+    except Exception as error:
+        if hydra_cfg.mode != RunMode.MULTIRUN or distributed_env.is_worker():
+            if isinstance(error, ConfigError):  # a single run's config was checked earlier
+                print_config_error(error)
+            raise
+        # A sweep goes on past a failed point: it is recorded in its run directory (and the
+        # report), the sweeper gets NaN (Optuna marks the trial failed), and the sweep's exit
+        # status is decided when all points are done (callbacks.on_multirun_end).
+        _record_failure(Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task), error)
+        log.error("sweep point %s failed: %s", hydra_cfg.job.num, error)
+        return math.nan
+
+
+def _record_failure(run_dir: Path, overrides: list[str], error: Exception) -> None:
+    summary = read_summary(run_dir) or {"overrides": overrides}
+    if summary.get("status") != "failed":
+        summary.update(status="failed", error=f"{type(error).__name__}: {error}")
+        write_json_atomic(run_dir / "summary.json", summary)
 
 
 def run(plan: RunPlan, cwd: str) -> float | None:
@@ -64,8 +82,9 @@ def run(plan: RunPlan, cwd: str) -> float | None:
             f"{previous['metrics']['val_accuracy']:.4f}); resume=null retrains it."
         )
         return previous["metrics"].get("val_accuracy")
-    if plan.choices.get("launcher") == "torchrun" and not distributed_env.is_worker():
-        return _launch_torchrun(plan)
+    child = _child_command(plan)
+    if child is not None:
+        return _launch_child(plan, child)
     recorder = RunRecorder(
         plan.run_dir, _summary(plan, cwd, previous), enabled=distributed_env.rank() == 0
     )
@@ -86,21 +105,35 @@ def run(plan: RunPlan, cwd: str) -> float | None:
     return metrics["val_accuracy"]
 
 
-def _launch_torchrun(plan: RunPlan) -> float | None:
-    """Start the ranks; they share this run directory and rank 0 writes the record."""
-    from experiments.launchers import torchrun
+def _child_command(plan: RunPlan) -> list[str] | None:
+    """Runs that happen in other processes: torchrun's ranks, and each point of a local -m
+    sweep (a crashed or killed point must not take the sweep down with it)."""
+    if distributed_env.is_worker():
+        return None
+    launcher = plan.choices.get("launcher")
+    if launcher == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", *plan.launch_command[1:]]
+    if launcher == "local" and HydraConfig.get().mode == RunMode.MULTIRUN:
+        from experiments.launchers import local
 
+        return local.child_command(user_overrides(plan.overrides), str(plan.run_dir))
+    return None
+
+
+def _launch_child(plan: RunPlan, command: list[str]) -> float | None:
+    """The children share this run directory; rank 0 among them writes the record."""
     env = {**os.environ, distributed_env.WORKER_ENV: "1", COMMAND_ENV: user_command()}
     log.info("launching: %s", shlex.join(plan.launch_command))
-    returncode = torchrun.launch(plan.launch_command, env)
+    returncode = subprocess.run(command, env=env, check=False).returncode
     summary = read_summary(plan.run_dir) or {}
     if returncode != 0:
-        if summary.get("status") != "failed":
-            summary.update(status="failed", error=f"torchrun exited with status {returncode}")
-            write_json_atomic(plan.run_dir / "summary.json", summary)
-        raise RuntimeError(
-            f"torchrun exited with status {returncode}; rank logs: {plan.run_dir}/train_rank*.log"
+        error = RuntimeError(
+            summary.get("error")
+            or f"{plan.launch_command[0]} exited with status "
+            f"{returncode}; logs: {plan.run_dir}/train_rank*.log"
         )
+        _record_failure(plan.run_dir, plan.overrides, error)  # a killed child wrote nothing
+        raise error
     return summary.get("metrics", {}).get("val_accuracy")
 
 

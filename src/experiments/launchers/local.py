@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 import torch
+
+from experiments.launchers.child import run_dir_overrides
 
 
 def world_size(launcher: dict) -> int:
@@ -19,3 +23,8 @@ def validate(launcher: dict) -> None:
 
 def command(launcher: dict, overrides: list[str], run_dir: str) -> list[str]:
     return ["experiments-train", *overrides, f"hydra.run.dir={run_dir}"]
+
+
+def child_command(overrides: list[str], run_dir: str) -> list[str]:
+    """One point of a local -m sweep, in a process of its own."""
+    return [sys.executable, "-m", "experiments.train", *overrides, *run_dir_overrides(run_dir)]

@@ -8,6 +8,7 @@ import hashlib
 import torch
 
 from experiments.errors import ConfigError
+from experiments.launchers.child import run_dir_overrides
 from experiments.validation import integer
 
 
@@ -51,23 +52,4 @@ def command(launcher: dict, overrides: list[str], run_dir: str) -> list[str]:
         ]
     else:
         cmd.append("--standalone")
-    # Workers join the launching process's run directory; it already wrote .hydra/.
-    return [
-        *cmd,
-        "-m",
-        "experiments.train",
-        *overrides,
-        f"hydra.run.dir={run_dir}",
-        "hydra.output_subdir=null",
-    ]
-
-
-def launch(command_line: list[str], env: dict[str, str]) -> int:
-    """Run torchrun from this interpreter's environment (no reliance on PATH)."""
-    import subprocess
-    import sys
-
-    assert command_line[0] == "torchrun"
-    return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", *command_line[1:]], env=env, check=False
-    ).returncode
+    return [*cmd, "-m", "experiments.train", *overrides, *run_dir_overrides(run_dir)]

@@ -1,0 +1,269 @@
+"""Sweep report: a table and plots built from the run directories alone.
+
+`experiments-report <sweep dir>` rebuilds it at any time (also for Slurm sweeps whose jobs end
+hours apart); the sweep callbacks rebuild it after every point. Writes report.csv, report.md,
+metric_vs_<key>.png (one per swept key) and learning_curves.png into the sweep directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+METRICS = ("val_accuracy", "val_loss", "train_loss", "images_per_second", "steps")
+OBJECTIVE = "val_accuracy"
+
+
+def load_points(sweep_dir: Path) -> list[dict[str, Any]]:
+    points = []
+    for summary_path in sorted(sweep_dir.glob("*/summary.json"), key=_point_order):
+        try:
+            summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        run_dir = summary_path.parent
+        overrides = summary.get("overrides") or _hydra_overrides(run_dir)
+        points.append(
+            {
+                "point": run_dir.name,
+                "run_dir": run_dir,
+                "summary": summary,
+                "overrides": dict(_split(o) for o in overrides if "=" in o),
+            }
+        )
+    return points
+
+
+def _point_order(path: Path) -> tuple[int, str]:
+    name = path.parent.name
+    return (int(name), name) if name.isdigit() else (sys.maxsize, name)
+
+
+def _hydra_overrides(run_dir: Path) -> list[str]:
+    path = run_dir / ".hydra" / "overrides.yaml"
+    if not path.exists():
+        return []
+    import yaml
+
+    return list(yaml.safe_load(path.read_text(encoding="utf-8")) or [])
+
+
+def _split(override: str) -> tuple[str, str]:
+    key, _, value = override.partition("=")
+    return key.lstrip("+~"), value
+
+
+def swept_keys(points: list[dict[str, Any]]) -> list[str]:
+    """Keys whose value differs between points (all of them for a single point)."""
+    keys: list[str] = []
+    for point in points:
+        keys += [k for k in point["overrides"] if k not in keys and not k.startswith("hydra.")]
+    if len(points) < 2:
+        return keys
+    return [k for k in keys if len({p["overrides"].get(k) for p in points}) > 1]
+
+
+def rows(points: list[dict[str, Any]], keys: list[str]) -> list[dict[str, Any]]:
+    table = []
+    for point in points:
+        summary = point["summary"]
+        metrics = summary.get("metrics") or {}
+        row: dict[str, Any] = {"point": point["point"]}
+        row.update({key: point["overrides"].get(key, "") for key in keys})
+        row["status"] = summary.get("status", "unknown")
+        row.update({name: metrics.get(name, "") for name in METRICS})
+        row["wall_time_s"] = summary.get("wall_time_s", "")
+        row["seed"] = summary.get("seed", "")
+        row["error"] = (
+            (summary.get("error") or "").splitlines()[0][:160] if summary.get("error") else ""
+        )
+        table.append(row)
+    return table
+
+
+def write_report(sweep_dir: Path) -> dict[str, Any]:
+    """Rebuild every report file; returns counts and the best and worst points."""
+    sweep_dir = Path(sweep_dir)
+    points = load_points(sweep_dir)
+    keys = swept_keys(points)
+    table = rows(points, keys)
+    columns = ["point", *keys, "status", *METRICS, "wall_time_s", "seed", "error"]
+    with open(sweep_dir / "report.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(table)
+    scored = [r for r in table if r["status"] == "completed" and _number(r[OBJECTIVE]) is not None]
+    best = max(scored, key=lambda r: r[OBJECTIVE], default=None)
+    worst = min(scored, key=lambda r: r[OBJECTIVE], default=None)
+    counts = {
+        status: sum(r["status"] == status for r in table)
+        for status in sorted({r["status"] for r in table})
+    }
+    for stale in sweep_dir.glob("metric_vs_*.png"):  # the swept keys may have changed
+        stale.unlink()
+    plots = _plots(sweep_dir, points, keys) if points else []
+    (sweep_dir / "report.md").write_text(
+        _markdown(sweep_dir, columns, table, counts, best, worst, plots), encoding="utf-8"
+    )
+    return {
+        "points": len(table),
+        "counts": counts,
+        "best": best,
+        "worst": worst,
+        "failed": [r for r in table if r["status"] == "failed"],
+    }
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value).replace("|", "\\|")
+
+
+def _markdown(
+    sweep_dir: Path,
+    columns: list[str],
+    table: list[dict[str, Any]],
+    counts: dict[str, int],
+    best: dict | None,
+    worst: dict | None,
+    plots: list[str],
+) -> str:
+    lines = [
+        f"# Sweep report: {sweep_dir}",
+        "",
+        ", ".join(f"{n} {status}" for status, n in counts.items()) or "no points yet",
+        "",
+    ]
+    if best is not None and worst is not None:
+        lines += [
+            f"Best {OBJECTIVE}: {best[OBJECTIVE]:.4f} (point {best['point']}); worst: "
+            f"{worst[OBJECTIVE]:.4f} (point {worst['point']}); margin "
+            f"{best[OBJECTIVE] - worst[OBJECTIVE]:.4f}.",
+            "",
+        ]
+    lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for row in table]
+    lines += ["", *(f"![{name.removesuffix('.png')}]({name})" for name in plots)]
+    return "\n".join(lines) + "\n"
+
+
+def _label(point: dict[str, Any], keys: list[str]) -> str:
+    label = ", ".join(f"{k}={point['overrides'].get(k, '')}" for k in keys) or point["point"]
+    return f"{point['point']}: {label}" if len(label) <= 48 else f"point {point['point']}"
+
+
+def _plots(sweep_dir: Path, points: list[dict[str, Any]], keys: list[str]) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written: list[str] = []
+    done = [p for p in points if p["summary"].get("status") == "completed"]
+    for key in keys:
+        figure, axis = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+        values = [
+            (p["overrides"].get(key, ""), (p["summary"].get("metrics") or {}).get(OBJECTIVE))
+            for p in done
+        ]
+        values = [(v, m) for v, m in values if _number(m) is not None]
+        numeric = all(_number(v) is not None for v, _ in values)
+        if values and numeric:
+            values.sort(key=lambda item: float(item[0]))
+            xs = [float(v) for v, _ in values]
+            axis.plot(xs, [m for _, m in values], marker="o")
+            if min(xs) > 0 and max(xs) / min(xs) >= 10:
+                axis.set_xscale("log")
+        elif values:
+            axis.bar(range(len(values)), [m for _, m in values])
+            axis.set_xticks(
+                range(len(values)), [str(v) for v, _ in values], rotation=20, ha="right"
+            )
+        axis.set_xlabel(key)
+        axis.set_ylabel(OBJECTIVE)
+        axis.set_title(f"{OBJECTIVE} vs {key} ({len(values)} completed points)")
+        axis.grid(alpha=0.3)
+        figure.tight_layout()
+        written.append(f"metric_vs_{_filename(key)}.png")
+        figure.savefig(sweep_dir / written[-1])
+        plt.close(figure)
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
+    for point in points:
+        label = _label(point, keys)
+        epochs = _jsonl(point["run_dir"] / "metrics.jsonl")
+        if epochs:
+            left.plot(
+                [r["epoch"] for r in epochs],
+                [r.get("val_accuracy") for r in epochs],
+                marker="o",
+                label=label,
+            )
+        steps = _jsonl(point["run_dir"] / "steps.jsonl")
+        if steps:
+            right.plot([r["step"] for r in steps], [r.get("loss") for r in steps], label=label)
+    left.set(xlabel="epoch", ylabel="validation accuracy", title="Validation accuracy")
+    right.set(xlabel="optimizer step", ylabel="training loss", title="Training loss")
+    for axis in (left, right):
+        axis.grid(alpha=0.3)
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(sweep_dir / "learning_curves.png")
+    plt.close(figure)
+    return [*written, "learning_curves.png"]
+
+
+def _filename(key: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in key)
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def format_outcome(sweep_dir: Path, outcome: dict[str, Any]) -> str:
+    counts = ", ".join(f"{n} {status}" for status, n in outcome["counts"].items())
+    lines = [
+        f"Sweep {sweep_dir}: {outcome['points']} points ({counts}); report: "
+        f"{sweep_dir / 'report.md'}"
+    ]
+    if outcome["best"] is not None:
+        lines.append(
+            f"  best {OBJECTIVE} {outcome['best'][OBJECTIVE]:.4f} at point "
+            f"{outcome['best']['point']}"
+        )
+    for row in outcome["failed"]:
+        lines.append(f"  FAILED point {row['point']}: {row['error']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="experiments-report", description=__doc__)
+    parser.add_argument("sweep_dir", type=Path, help="a multirun directory (holds 0/, 1/, ...)")
+    args = parser.parse_args(argv)
+    if not args.sweep_dir.is_dir():
+        parser.error(f"no such directory: {args.sweep_dir}")
+    outcome = write_report(args.sweep_dir)
+    print(format_outcome(args.sweep_dir, outcome))
+    sys.exit(1 if outcome["failed"] else 0)
+
+
+if __name__ == "__main__":
+    main()
