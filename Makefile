@@ -1,5 +1,5 @@
 # Quick start: `make train` (set up + main job), `make test` (set up + whole test suite).
-.PHONY: setup train test lint
+.PHONY: setup train test lint bench
 
 setup:
 	./scripts/setup.sh
@@ -11,4 +11,7 @@ test: setup
 	.venv/bin/python -m pytest $(PYTEST_ARGS)
 
 lint: setup
-	.venv/bin/ruff check src tests && .venv/bin/ruff format --check src tests
+	.venv/bin/ruff check src tests bench && .venv/bin/ruff format --check src tests bench
+
+bench: setup
+	.venv/bin/python -m bench.run_all $(ARGS)

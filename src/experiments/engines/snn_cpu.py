@@ -346,7 +346,12 @@ class _Trainer:
         }
 
     def _log_step(self, step: int, loss: float, images_per_second: float) -> None:
-        record = {"step": step, "loss": loss, "images_per_second": images_per_second}
+        record = {
+            "step": step,
+            "loss": loss,
+            "images_per_second": images_per_second,
+            "time": time.time(),
+        }
         if self.check_replicas:
             record["replica_max_diff"] = self._replica_spread()
         self.recorder.scalar("train/loss", loss, step)

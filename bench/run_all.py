@@ -1,0 +1,62 @@
+"""Run every benchmark and write the results table (bench/results.md, bench/results.json)
+and the figures section of BENCHMARKS.md.
+
+    .venv/bin/python -m bench.run_all            # full sizes (~10 min on 2 cores)
+    .venv/bin/python -m bench.run_all --quick    # tiny sizes: checks the scripts run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+from bench import snn_overhead, startup, topology_cost
+from bench.common import REPO
+
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| benchmark | measure | value | target | met | notes |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        met = "" if r["ok"] is None else ("yes" if r["ok"] else "NO")
+        lines.append(
+            f"| {r['benchmark']} | {r['measure']} | {r['value']} | {r['target']} | "
+            f"{met} | {r['notes']} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=REPO / "bench")
+    args = parser.parse_args()
+    started = time.time()
+    rows = [
+        *snn_overhead.measure(steps=20 if args.quick else 120, repeats=1 if args.quick else 3),
+        *startup.measure(repeats=1 if args.quick else 5),
+        *topology_cost.measure(steps=6 if args.quick else 30),
+    ]
+    header = (
+        f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()}, "
+        f"{__import__('os').cpu_count()} CPUs, {'quick' if args.quick else 'full'} sizes, "
+        f"{time.time() - started:.0f} s."
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps({"header": header, "rows": rows}, indent=2))
+    (args.out / "results.md").write_text(f"{header}\n\n{table(rows)}\n")
+    if not args.quick:
+        doc = REPO / "BENCHMARKS.md"
+        text = doc.read_text()
+        head, _, rest = text.partition(START)
+        _, _, tail = rest.partition(END)
+        doc.write_text(f"{head}{START}\n{header}\n\n{table(rows)}\n{END}{tail}")
+    print(f"{header}\n\n{table(rows)}")
+
+
+if __name__ == "__main__":
+    main()

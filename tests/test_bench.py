@@ -1,0 +1,31 @@
+"""The benchmark scripts run and write their table (tiny sizes; no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_benchmarks_run_and_write_their_table(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.run_all", "--quick", "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    measures = {row["measure"] for row in results["rows"]}
+    assert "step time ratio (ours / hand-written)" in measures
+    assert "dry run / SpikingJelly import" in measures
+    assert {f"{t}: images/s" for t in ("single", "ddp", "fsdp2", "channel_tp", "pp")} <= measures
+    assert all(row["value"] > 0 for row in results["rows"])
+    assert "| benchmark | measure | value |" in (tmp_path / "results.md").read_text()
