@@ -161,9 +161,16 @@ def _markdown(
     return "\n".join(lines) + "\n"
 
 
+def _short(value: str) -> str:
+    """A path shows as its last component; other values as they are."""
+    return Path(value).name or value if "/" in value else value
+
+
 def _label(point: dict[str, Any], keys: list[str]) -> str:
-    label = ", ".join(f"{k}={point['overrides'].get(k, '')}" for k in keys) or point["point"]
-    return f"{point['point']}: {label}" if len(label) <= 48 else f"point {point['point']}"
+    label = ", ".join(
+        f"{key.rsplit('.', 1)[-1]}={_short(point['overrides'].get(key, ''))}" for key in keys
+    )
+    return f"{point['point']}: {label}" if label and len(label) <= 48 else f"point {point['point']}"
 
 
 def _plots(sweep_dir: Path, points: list[dict[str, Any]], keys: list[str]) -> list[str]:
@@ -171,31 +178,50 @@ def _plots(sweep_dir: Path, points: list[dict[str, Any]], keys: list[str]) -> li
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     written: list[str] = []
     done = [p for p in points if p["summary"].get("status") == "completed"]
     for key in keys:
+        groups: dict[str, list[float]] = {}
+        for point in done:
+            metric = _number((point["summary"].get("metrics") or {}).get(OBJECTIVE))
+            if metric is not None:
+                groups.setdefault(point["overrides"].get(key, ""), []).append(metric)
         figure, axis = plt.subplots(figsize=(6.4, 4.2), dpi=110)
-        values = [
-            (p["overrides"].get(key, ""), (p["summary"].get("metrics") or {}).get(OBJECTIVE))
-            for p in done
-        ]
-        values = [(v, m) for v, m in values if _number(m) is not None]
-        numeric = all(_number(v) is not None for v, _ in values)
-        if values and numeric:
-            values.sort(key=lambda item: float(item[0]))
-            xs = [float(v) for v, _ in values]
-            axis.plot(xs, [m for _, m in values], marker="o")
+        if groups and all(_number(v) is not None for v in groups):
+            values = sorted(groups, key=float)
+            xs = [float(v) for v in values]
+            for x, value in zip(xs, values, strict=True):
+                axis.scatter([x] * len(groups[value]), groups[value], color="tab:blue", alpha=0.5)
+            axis.plot(
+                xs,
+                [max(groups[v]) for v in values],
+                marker="o",
+                color="tab:blue",
+                label="best at this value",
+            )
             if min(xs) > 0 and max(xs) / min(xs) >= 10:
                 axis.set_xscale("log")
-        elif values:
-            axis.bar(range(len(values)), [m for _, m in values])
-            axis.set_xticks(
-                range(len(values)), [str(v) for v, _ in values], rotation=20, ha="right"
+        elif groups:
+            values = list(groups)
+            axis.bar(
+                range(len(values)),
+                [max(groups[v]) for v in values],
+                alpha=0.35,
+                label="best at this value",
             )
+            for index, value in enumerate(values):
+                axis.scatter([index] * len(groups[value]), groups[value], color="tab:blue")
+            axis.set_xticks(
+                range(len(values)), [_short(v) for v in values], rotation=15, ha="right"
+            )
+        if groups:
+            axis.legend(fontsize=8)
         axis.set_xlabel(key)
         axis.set_ylabel(OBJECTIVE)
-        axis.set_title(f"{OBJECTIVE} vs {key} ({len(values)} completed points)")
+        count = sum(len(g) for g in groups.values())
+        axis.set_title(f"{OBJECTIVE} vs {key} ({count} completed points)")
         axis.grid(alpha=0.3)
         figure.tight_layout()
         written.append(f"metric_vs_{_filename(key)}.png")
@@ -217,6 +243,8 @@ def _plots(sweep_dir: Path, points: list[dict[str, Any]], keys: list[str]) -> li
         if steps:
             right.plot([r["step"] for r in steps], [r.get("loss") for r in steps], label=label)
     left.set(xlabel="epoch", ylabel="validation accuracy", title="Validation accuracy")
+    for axis in (left, right):
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     right.set(xlabel="optimizer step", ylabel="training loss", title="Training loss")
     for axis in (left, right):
         axis.grid(alpha=0.3)
