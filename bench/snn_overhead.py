@@ -31,7 +31,7 @@ def measure(steps: int, repeats: int) -> list[dict]:
                     "trainer.epochs=1",
                     f"trainer.max_steps={steps}",
                     "trainer.checkpoint_interval=0",
-                    "trainer.log_every_n_steps=10",
+                    f"trainer.log_every_n_steps={max(1, min(10, steps // 6))}",
                 ],
                 root / f"ours{index}",
             )
@@ -45,6 +45,7 @@ def measure(steps: int, repeats: int) -> list[dict]:
                     f"--batch-size={SIZE['batch']}",
                     f"--time-steps={SIZE['time_steps']}",
                     f"--image-size={SIZE['image_size']}",
+                    f"--log-every={max(1, min(10, steps // 6))}",
                     f"--out={out}",
                 ],
                 REPO,

@@ -35,7 +35,7 @@ def measure(steps: int) -> list[dict]:
                     "trainer.epochs=1",
                     f"trainer.max_steps={steps}",
                     "trainer.checkpoint_interval=0",
-                    "trainer.log_every_n_steps=5",
+                    f"trainer.log_every_n_steps={max(1, steps // 6)}",
                     *launcher,
                     *args,
                 ],

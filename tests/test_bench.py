@@ -25,7 +25,7 @@ def test_benchmarks_run_and_write_their_table(tmp_path: Path) -> None:
     results = json.loads((tmp_path / "results.json").read_text())
     measures = {row["measure"] for row in results["rows"]}
     assert "step time ratio (ours / hand-written)" in measures
-    assert "dry run / SpikingJelly import" in measures
+    assert "dry run (sew_resnet18) / vision import" in measures
     assert {f"{t}: images/s" for t in ("single", "ddp", "fsdp2", "channel_tp", "pp")} <= measures
     assert all(row["value"] > 0 for row in results["rows"])
     assert "| benchmark | measure | value |" in (tmp_path / "results.md").read_text()

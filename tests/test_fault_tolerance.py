@@ -71,6 +71,14 @@ def wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: flo
     raise TimeoutError(f"step {step} not reached")
 
 
+def kill_at_step(run_dir: Path, step: int) -> None:
+    """Start the single-process run and SIGKILL it once it has logged `step`."""
+    proc = start(run_dir, [])
+    wait_for_step(run_dir, step, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
 def worker_pid(run_dir: Path, rank: int) -> int:
     """The torchrun worker process of `rank` for this run (found through /proc)."""
     for entry in Path("/proc").iterdir():
@@ -109,10 +117,7 @@ def test_killed_process_resumes_on_rerun_onto_the_same_trajectory(
     tmp_path: Path, reference: dict[str, list[float]]
 ) -> None:
     run_dir = tmp_path / "run"
-    proc = start(run_dir, [])
-    wait_for_step(run_dir, 6, proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_at_step(run_dir, 6)
     assert summary(run_dir)["status"] == "running"  # what a killed run leaves behind
     train(run_dir, [])  # the same command again
     record = summary(run_dir)
@@ -143,10 +148,7 @@ def test_truncated_checkpoint_is_reported_and_the_previous_one_used(
     tmp_path: Path, reference: dict[str, list[float]]
 ) -> None:
     run_dir = tmp_path / "run"
-    proc = start(run_dir, [])
-    wait_for_step(run_dir, 10, proc)  # checkpoints at 4 and 8 are complete
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_at_step(run_dir, 10)  # checkpoints at 4 and 8 are complete
     shard = run_dir / "checkpoints" / "step_00000008" / "pp_0000_tp_0000.pt"
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     result = train(run_dir, [])
@@ -160,10 +162,7 @@ def test_truncated_checkpoint_is_reported_and_the_previous_one_used(
 
 def test_no_loadable_checkpoint_stops_with_a_clear_error(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    proc = start(run_dir, [])
-    wait_for_step(run_dir, 6, proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_at_step(run_dir, 6)
     (shard,) = (run_dir / "checkpoints").glob("step_*/pp_0000_tp_0000.pt")
     shard.write_bytes(b"not a checkpoint")
     result = run_cli([*BASE, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
@@ -199,10 +198,7 @@ def test_crash_while_saving_leaves_the_previous_checkpoint_as_latest(
 
 def test_checkpoint_of_a_different_config_is_refused(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    proc = start(run_dir, [])
-    wait_for_step(run_dir, 6, proc)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_at_step(run_dir, 6)
     result = run_cli([*BASE, "optimizer.lr=0.5", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert result.returncode == 1
     assert "written by a different config (differs in: optimizer_kwargs)" in result.stderr

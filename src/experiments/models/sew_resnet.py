@@ -23,9 +23,6 @@ ZOO = {
     101: sew_resnet.sew_resnet101,
     152: sew_resnet.sew_resnet152,
 }
-# Depths built from BasicBlock, the block SpikingJelly's builder shards for channel TP and
-# whose stage shapes its pipeline split assumes. Bottleneck depths run without TP/PP.
-BASIC_BLOCK_DEPTHS = (18, 34)
 
 
 @dataclass(frozen=True)
