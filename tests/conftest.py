@@ -101,3 +101,22 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.section("measured figures")
         for line in _FIGURES:
             terminalreporter.write_line(line)
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real single-node Slurm cluster (munge, slurmctld, slurmd, slurmdbd), started by the
+    repo's script and stopped after the session. Skipped only when the script says Slurm
+    cannot start here; its one-line reason is the skip reason."""
+    script = REPO / "scripts" / "slurm" / "cluster.sh"
+    proc = subprocess.run(
+        ["bash", str(script), "start"], capture_output=True, text=True, timeout=900
+    )
+    if proc.returncode == 3:
+        pytest.skip((proc.stdout.strip() or proc.stderr.strip()).splitlines()[-1])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    yield proc.stdout.strip()
+    subprocess.run(["bash", str(script), "stop"], capture_output=True, text=True, timeout=300)

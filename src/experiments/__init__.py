@@ -13,7 +13,8 @@ def _null_if_zero(value: object) -> object:
 def _log_name(job_name: str) -> str:
     from experiments import distributed_env
 
-    return f"{job_name}_rank{distributed_env.rank()}" if distributed_env.is_worker() else job_name
+    ranked = distributed_env.is_worker() or distributed_env.in_slurm_job()
+    return f"{job_name}_rank{distributed_env.rank()}" if ranked else job_name
 
 
 def _sweep_id() -> str:

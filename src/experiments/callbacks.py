@@ -18,6 +18,9 @@ from omegaconf import DictConfig
 from experiments import distributed_env
 from experiments.errors import ConfigError
 
+# Set once Hydra composed the config: an exit status 1 before that is a composition error.
+composed = False
+
 
 def print_config_error(error: ConfigError) -> None:
     print(f"error: {error}", file=sys.stderr)
@@ -42,7 +45,11 @@ class ExperimentsCallback(Callback):
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         """Keep the sweep report current as points finish (also on Slurm nodes)."""
-        if config.hydra.mode == RunMode.MULTIRUN and not distributed_env.is_worker():
+        if (
+            config.hydra.mode == RunMode.MULTIRUN
+            and not distributed_env.is_worker()
+            and distributed_env.rank() == 0  # one writer among a Slurm job's tasks
+        ):
             from experiments.report import write_report
 
             write_report(Path(config.hydra.sweep.dir))
@@ -58,6 +65,8 @@ class ExperimentsCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Check every point of the sweep before the first one starts or is queued."""
+        global composed
+        composed = True
         import json
 
         from hydra import compose
@@ -79,7 +88,10 @@ class ExperimentsCallback(Callback):
                 )
                 sys.exit(ConfigError.exit_code)
         if config.dry_run == "json":
-            print(json.dumps([plan.as_dict() for plan in plans], indent=2))
+            # A plain command (launcher=slurm runs as a one-point sweep) prints one plan.
+            swept = "-m" in sys.argv or "--multirun" in sys.argv or len(plans) > 1
+            output = [plan.as_dict() for plan in plans] if swept else plans[0].as_dict()
+            print(json.dumps(output, indent=2))
             sys.exit(0)
         if config.dry_run:
             for number, plan in enumerate(plans):
@@ -88,6 +100,8 @@ class ExperimentsCallback(Callback):
             sys.exit(0)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        global composed
+        composed = True
         from experiments.plan import build_plan
 
         HydraConfig.instance().set_config(config)  # lets ${hydra:...} resolve this early

@@ -14,8 +14,15 @@ def is_worker() -> bool:
     return os.environ.get(WORKER_ENV) == "1"
 
 
+def in_slurm_job() -> bool:
+    """A Slurm task started by submitit (hydra-submitit-launcher): it is one rank of its job."""
+    return os.environ.get("SUBMITIT_EXECUTOR") == "slurm"
+
+
 def rank() -> int:
-    return int(os.environ.get("RANK", "0"))
+    if "RANK" in os.environ:
+        return int(os.environ["RANK"])
+    return int(os.environ.get("SLURM_PROCID", "0")) if in_slurm_job() else 0
 
 
 def world_size() -> int:

@@ -78,6 +78,9 @@ def rows(points: list[dict[str, Any]], keys: list[str]) -> list[dict[str, Any]]:
         row["status"] = summary.get("status", "unknown")
         row.update({name: metrics.get(name, "") for name in METRICS})
         row["wall_time_s"] = summary.get("wall_time_s", "")
+        slurm = summary.get("slurm") or {}
+        row["slurm_job"] = slurm.get("job_id", "")
+        row["slurm_log"] = slurm.get("stderr", "") if row["status"] == "failed" else ""
         row["seed"] = summary.get("seed", "")
         row["error"] = (
             (summary.get("error") or "").splitlines()[0][:160] if summary.get("error") else ""
@@ -93,8 +96,10 @@ def write_report(sweep_dir: Path) -> dict[str, Any]:
     keys = swept_keys(points)
     table = rows(points, keys)
     columns = ["point", *keys, "status", *METRICS, "wall_time_s", "seed", "error"]
+    if any(row["slurm_job"] for row in table):
+        columns += ["slurm_job", "slurm_log"]
     with open(sweep_dir / "report.csv", "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(table)
     scored = [r for r in table if r["status"] == "completed" and _number(r[OBJECTIVE]) is not None]
@@ -116,6 +121,7 @@ def write_report(sweep_dir: Path) -> dict[str, Any]:
         "best": best,
         "worst": worst,
         "failed": [r for r in table if r["status"] == "failed"],
+        "rows": table,
     }
 
 
@@ -182,7 +188,7 @@ def _plots(sweep_dir: Path, points: list[dict[str, Any]], keys: list[str]) -> li
 
     written: list[str] = []
     done = [p for p in points if p["summary"].get("status") == "completed"]
-    for key in keys:
+    for key in keys if len(points) > 1 else []:  # a value vs. metric needs two points
         groups: dict[str, list[float]] = {}
         for point in done:
             metric = _number((point["summary"].get("metrics") or {}).get(OBJECTIVE))
@@ -277,8 +283,15 @@ def format_outcome(sweep_dir: Path, outcome: dict[str, Any]) -> str:
             f"  best {OBJECTIVE} {outcome['best'][OBJECTIVE]:.4f} at point "
             f"{outcome['best']['point']}"
         )
+    for row in outcome["rows"]:
+        if row["slurm_job"]:
+            lines.append(
+                f"  point {row['point']}: Slurm job {row['slurm_job']} {row['status']}, "
+                f"{sweep_dir / row['point']}"
+            )
     for row in outcome["failed"]:
-        lines.append(f"  FAILED point {row['point']}: {row['error']}")
+        log = f" (Slurm log: {row['slurm_log']})" if row.get("slurm_log") else ""
+        lines.append(f"  FAILED point {row['point']}: {row['error']}{log}")
     return "\n".join(lines)
 
 

@@ -22,7 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from experiments import distributed_env
+from experiments import callbacks, distributed_env
 from experiments.callbacks import print_config_error
 from experiments.errors import ConfigError
 from experiments.plan import RunPlan, build_plan, user_overrides
@@ -38,14 +38,15 @@ from experiments.run.record import (
 )
 
 log = logging.getLogger("experiments.train")
-_job_started = False
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def app(cfg: DictConfig) -> float | None:
-    global _job_started
-    _job_started = True
     hydra_cfg = HydraConfig.get()
+    if distributed_env.in_slurm_job():
+        from experiments.launchers import slurm
+
+        slurm.export_rank_env()
     try:
         plan = build_plan(
             cfg,
@@ -91,6 +92,9 @@ def run(plan: RunPlan, cwd: str) -> float | None:
     recorder.start()
     try:
         metrics = _engine(plan.engine).train(plan, recorder)
+    except SystemExit:  # stopped by a signal (Slurm requeue, time limit) after a checkpoint
+        recorder.finish("interrupted")
+        raise
     except CheckpointError as error:
         recorder.finish("failed", error=str(error))
         print(f"error: {error}", file=sys.stderr)
@@ -176,6 +180,10 @@ def _summary(plan: RunPlan, cwd: str, previous: dict[str, Any] | None) -> dict[s
         # torchrun restarts after a rank died (launcher.max_restarts); 0 elsewhere
         restarts=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
     )
+    if distributed_env.in_slurm_job():
+        from experiments.launchers import slurm
+
+        summary["slurm"] = slurm.job_record()
     return summary
 
 
@@ -200,7 +208,7 @@ def main() -> None:
     try:
         app()
     except SystemExit as exit_:
-        if exit_.code == 1 and not _job_started:
+        if exit_.code == 1 and not callbacks.composed:
             sys.exit(ConfigError.exit_code)
         raise
 

@@ -101,6 +101,9 @@ class ParallelContext:
         dist.all_reduce(value, op=dist.ReduceOp.MIN)
         return bool(value.item())
 
+    def any_true(self, flag: bool) -> bool:
+        return not self.all_true(not flag)
+
     def broadcast(self, value: Any) -> Any:
         """Rank 0's value on every rank."""
         if not dist.is_initialized():

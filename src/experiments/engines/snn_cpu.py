@@ -33,12 +33,14 @@ from spikingjelly.activation_based.precision import prepare_model_for_precision
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 from tqdm import tqdm
 
+from experiments import distributed_env
 from experiments.engines.cpu_parallel import (
     DEVICE,
     ParallelContext,
     pipeline_schedules,
     wrap_data_parallel,
 )
+from experiments.engines.stop import GracefulStop
 from experiments.plan import CHECKPOINT_DIRNAME, RunPlan
 from experiments.run import checkpoint
 from experiments.run.record import STEPS, RunRecorder, append_jsonl
@@ -56,14 +58,24 @@ def peak_memory_mb() -> float:
 
 def train(plan: RunPlan, recorder: RunRecorder) -> dict[str, Any]:
     context = ParallelContext.setup(plan.dims)
+    stop = GracefulStop().install() if distributed_env.in_slurm_job() else None
     try:
-        return _Trainer(plan, recorder, context).fit()
+        return _Trainer(plan, recorder, context, stop).fit()
     finally:
+        if stop is not None:
+            stop.restore()
         context.close()
 
 
 class _Trainer:
-    def __init__(self, plan: RunPlan, recorder: RunRecorder, context: ParallelContext) -> None:
+    def __init__(
+        self,
+        plan: RunPlan,
+        recorder: RunRecorder,
+        context: ParallelContext,
+        stop: GracefulStop | None = None,
+    ) -> None:
+        self.stop = stop
         self.plan = plan
         self.recorder = recorder
         self.context = context
@@ -310,6 +322,15 @@ class _Trainer:
                 if config.checkpoint_interval and step % config.checkpoint_interval == 0:
                     self._save(step, epoch, index + 1)
                     saved_step = step
+                if self.stop is not None and self.stop.requested(context.any_true):
+                    if step != saved_step:
+                        self._save(step, epoch, index + 1)
+                    log.warning(
+                        "stopping at step %d on signal %s; checkpoint saved",
+                        step,
+                        self.stop.received,
+                    )
+                    self.stop.hand_over()
                 if step >= total_steps:
                     break
             batch_in_epoch = 0

@@ -6,6 +6,9 @@ same parameters hydra-submitit-launcher will hand it, so what is printed is what
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 from experiments.errors import ConfigError
 from experiments.validation import integer
 
@@ -24,6 +27,8 @@ def validate(launcher: dict) -> None:
     integer(launcher.get("cpus_per_task"), "launcher.cpus_per_task", minimum=1)
     integer(launcher.get("timeout_min"), "launcher.timeout_min", minimum=1)
     integer(launcher.get("mem_gb"), "launcher.mem_gb", minimum=1)
+    integer(launcher.get("max_requeues"), "launcher.max_requeues", minimum=0)
+    integer(launcher.get("signal_delay_s"), "launcher.signal_delay_s", minimum=0)
     gpus = integer(launcher.get("gpus_per_node"), "launcher.gpus_per_node", minimum=0)
     tasks = launcher["tasks_per_node"]
     if gpus and tasks != gpus:
@@ -73,3 +78,34 @@ def command(launcher: dict, overrides: list[str], run_dir: str) -> list[str]:
         **sbatch_parameters(launcher, "experiments-train"),
     )
     return script.splitlines()
+
+
+def export_rank_env() -> None:
+    """On a Slurm task: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT from Slurm's variables,
+    so every task of the job is one torch.distributed rank. CUDA_VISIBLE_DEVICES is left alone:
+    SpikingJelly selects the GPU by LOCAL_RANK."""
+    if "RANK" in os.environ:
+        return
+    from submitit.helpers import TorchDistributedEnvironment
+
+    TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+
+
+def job_record() -> dict[str, Any]:
+    """Where this task's Slurm job is: ids, restarts, and its stdout/stderr files."""
+    record: dict[str, Any] = {
+        "job_id": os.environ.get("SLURM_JOB_ID"),
+        "array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
+        "array_task_id": os.environ.get("SLURM_ARRAY_TASK_ID"),
+        "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
+        "ntasks": int(os.environ.get("SLURM_NTASKS", "1")),
+        "nodelist": os.environ.get("SLURM_JOB_NODELIST"),
+    }
+    try:
+        import submitit
+
+        paths = submitit.JobEnvironment().paths
+        record["stdout"], record["stderr"] = str(paths.stdout), str(paths.stderr)
+    except Exception:  # not in a submitit job, or an older submitit
+        pass
+    return record

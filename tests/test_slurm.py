@@ -1,0 +1,169 @@
+"""Slurm through submitit against a real single-node cluster started by scripts/slurm."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import CLI, read_jsonl, run_cli
+
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
+
+SLURM = [
+    "model.time_steps=2",
+    "trainer.batch_size=8",
+    "trainer.log_every_n_steps=1",
+    "launcher=slurm",
+    "launcher.mem_gb=4",
+    "launcher.cpus_per_task=1",
+]
+SMALL = ["data=synthetic", "data.train_size=256", "data.val_size=64", *SLURM]
+
+
+def sacct_states(job_id: str) -> set[str]:
+    """States sacct reports for a job (an array task's id lists the whole array)."""
+    states: set[str] = set()
+    for _ in range(20):  # accounting lags the job by about a second
+        out = subprocess.run(
+            ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], capture_output=True, text=True
+        ).stdout
+        states = {line.strip() for line in out.splitlines() if line.strip()}
+        if states and not states & {"RUNNING", "PENDING", "COMPLETING"}:
+            break
+        time.sleep(0.5)
+    return states
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def test_single_run_completes_through_the_scheduler(slurm_cluster, tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    result = run_cli([*SMALL, "trainer.max_steps=4", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = summary(sweep / "0")
+    assert record["status"] == "completed" and record["metrics"]["steps"] == 4
+    job = record["slurm"]["job_id"]
+    assert sacct_states(job) == {"COMPLETED"}
+    assert f"Slurm job {job} completed, {sweep / '0'}" in result.stdout
+    assert Path(record["slurm"]["stdout"]).is_file()  # Slurm's log, found from the run dir
+    assert (sweep / "0" / "checkpoints").is_dir() and (sweep / "0" / "metrics.jsonl").exists()
+
+
+def test_two_point_sweep_runs_as_slurm_jobs(slurm_cluster, tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    result = run_cli(
+        ["-m", *SMALL, "trainer.max_steps=2", "optimizer.lr=1e-3,2e-3", f"hydra.sweep.dir={sweep}"],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = set()
+    for point in ("0", "1"):
+        record = summary(sweep / point)
+        assert record["status"] == "completed"
+        jobs.add(record["slurm"]["array_job_id"])
+        assert sacct_states(record["slurm"]["job_id"]) == {"COMPLETED"}
+    assert len(jobs) == 1 and None not in jobs  # one job array
+    assert "2 points (2 completed)" in result.stdout
+
+
+def test_two_tasks_train_ddp_across_slurm_tasks(slurm_cluster, tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    result = run_cli(
+        [
+            *SMALL,
+            "topology=ddp",
+            "launcher.tasks_per_node=2",
+            "trainer.max_steps=4",
+            "trainer.check_replicas=true",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = summary(sweep / "0")
+    assert (record["status"], record["world_size"], record["slurm"]["ntasks"]) == (
+        "completed",
+        2,
+        2,
+    )
+    assert record["mesh"]["shape"] == [2, 1, 1] and record["backend"] == "gloo"
+    steps = read_jsonl(sweep / "0" / "steps.jsonl")
+    assert [s["step"] for s in steps] == [1, 2, 3, 4]
+    assert all(s["replica_max_diff"] == 0.0 for s in steps)
+    assert sorted(p.name for p in (sweep / "0").glob("train_rank*.log")) == [
+        "train_rank0.log",
+        "train_rank1.log",
+    ]
+
+
+def test_requeue_mid_training_resumes_and_loses_no_step(slurm_cluster, tmp_path: Path) -> None:
+    args = [*SMALL, "trainer.max_steps=24", "trainer.checkpoint_interval=5", "data.train_size=1024"]
+    reference = tmp_path / "reference"  # the same run, uninterrupted, in this process's host
+    local = run_cli(
+        [*[a for a in args if not a.startswith("launcher")], f"hydra.run.dir={reference}"],
+        cwd=tmp_path,
+    )
+    assert local.returncode == 0, local.stderr[-3000:]
+
+    sweep = tmp_path / "sweep"
+    proc = subprocess.Popen(
+        [CLI, *args, f"hydra.sweep.dir={sweep}"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    steps = sweep / "0" / "steps.jsonl"
+    deadline = time.time() + 300
+    while not (steps.exists() and len(steps.read_text().splitlines()) >= 8):
+        assert time.time() < deadline and proc.poll() is None, "the job did not start training"
+        time.sleep(0.2)
+    job = summary(sweep / "0")["slurm"]["job_id"]
+    subprocess.run(["scontrol", "requeue", job], check=True)
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-3000:]
+    record = summary(sweep / "0")
+    assert (record["status"], record["metrics"]["steps"], record["resumes"]) == ("completed", 24, 1)
+    assert record["slurm"]["restart_count"] == 1
+    losses = [s["loss"] for s in read_jsonl(steps)]
+    expected = [s["loss"] for s in read_jsonl(reference / "steps.jsonl")]
+    assert losses == pytest.approx(expected, rel=1e-6)  # each step once, same trajectory
+
+
+def test_failed_job_is_reported_and_the_others_complete(slurm_cluster, tmp_path: Path) -> None:
+    good, empty = tmp_path / "good", tmp_path / "empty"
+    for split in ("train", "val"):
+        (empty / split).mkdir(parents=True)
+    from PIL import Image
+
+    for split in ("train", "val"):
+        for label in range(10):
+            folder = good / split / str(label)
+            folder.mkdir(parents=True)
+            for index in range(4):
+                Image.new("RGB", (32, 32), (25 * label, index, 0)).save(folder / f"{index}.png")
+    sweep = tmp_path / "sweep"
+    result = run_cli(
+        [
+            "-m",
+            *SLURM,
+            "data=imagefolder",
+            "data.num_classes=10",
+            "data.image_size=32",
+            "trainer.max_steps=2",
+            f"data.root={good},{empty}",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1
+    ok, failed = summary(sweep / "0"), summary(sweep / "1")
+    assert ok["status"] == "completed"
+    assert failed["status"] == "failed" and "Couldn't find any class folder" in failed["error"]
+    assert "FAILED point 1" in result.stdout and "Slurm log:" in result.stdout
