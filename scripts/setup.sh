@@ -15,7 +15,11 @@ if [ -z "$PYTHON" ]; then
 fi
 [ -n "$PYTHON" ] || { echo "setup: Python 3.11 is required (set PYTHON=/path/to/python3.11)" >&2; exit 1; }
 
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+# A venv made without ensurepip (Debian without python3.11-venv) has no pip: make it again.
+if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+  "$PYTHON" -m venv --clear .venv || {
+    echo "setup: cannot create a venv; on Debian: apt-get install python3.11-venv" >&2; exit 1; }
+fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 # A regular (non-editable) install: the tests exercise exactly what users install.
 .venv/bin/python -m pip install --quiet ".[test]" 2> >(grep -v "^WARNING: Location" >&2)

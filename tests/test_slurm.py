@@ -131,6 +131,8 @@ def test_requeue_mid_training_resumes_and_loses_no_step(slurm_cluster, tmp_path:
     record = summary(sweep / "0")
     assert (record["status"], record["metrics"]["steps"], record["resumes"]) == ("completed", 24, 1)
     assert record["slurm"]["restart_count"] == 1
+    # The SIGTERM of the requeue was handled: the ranks stopped and saved before being killed.
+    assert "stopping at step" in (sweep / "0" / "train_rank0.log").read_text()
     losses = [s["loss"] for s in read_jsonl(steps)]
     expected = [s["loss"] for s in read_jsonl(reference / "steps.jsonl")]
     assert losses == pytest.approx(expected, rel=1e-6)  # each step once, same trajectory

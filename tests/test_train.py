@@ -79,30 +79,84 @@ def test_rerun_in_a_completed_run_directory_does_not_retrain(tmp_path: Path) -> 
     assert (run_dir / "summary.json").read_text() == before
 
 
-@pytest.mark.slow
-def test_resume_continues_from_the_latest_checkpoint(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    common = [
-        "data=synthetic",
-        "model.time_steps=2",
-        "trainer.epochs=2",
-        "trainer.checkpoint_interval=3",
-        f"hydra.run.dir={run_dir}",
-    ]
-    first = run_cli([*common, "trainer.max_steps=6"], cwd=tmp_path)
-    assert first.returncode == 0, first.stderr[-2000:]
-    # Pretend the run was cut short: it has checkpoints but no "completed" record.
+def _mark_interrupted(run_dir: Path) -> None:
+    """What a killed run leaves: checkpoints, and a record that is not "completed"."""
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text())
     summary["status"] = "failed"
     summary_path.write_text(json.dumps(summary))
-    second = run_cli([*common, "trainer.max_steps=9"], cwd=tmp_path)
+
+
+@pytest.mark.slow
+def test_resume_from_a_mid_epoch_final_checkpoint_continues_the_trajectory(tmp_path: Path) -> None:
+    """max_steps=6 stops mid-epoch (16 steps per epoch); the final checkpoint (not on the
+    interval of 4) must record that position, so a longer run continues with the same data."""
+    common = [
+        "data=synthetic",
+        "model.time_steps=2",
+        "trainer.epochs=2",
+        "trainer.checkpoint_interval=4",
+        "trainer.log_every_n_steps=1",
+    ]
+    reference = tmp_path / "reference"
+    assert (
+        run_cli(
+            [*common, "trainer.max_steps=9", f"hydra.run.dir={reference}"], cwd=tmp_path
+        ).returncode
+        == 0
+    )
+    run_dir = tmp_path / "run"
+    first = run_cli([*common, "trainer.max_steps=6", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    _mark_interrupted(run_dir)
+    second = run_cli([*common, "trainer.max_steps=9", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert second.returncode == 0, second.stderr[-2000:]
-    resumed = json.loads(summary_path.read_text())
-    assert resumed["status"] == "completed"
-    assert resumed["resumes"] == 1
+    resumed = json.loads((run_dir / "summary.json").read_text())
+    assert resumed["status"] == "completed" and resumed["resumes"] == 1
     assert resumed["resumed_from"].endswith("step_00000006")
     assert resumed["metrics"]["steps"] == 9
+    losses = [r["loss"] for r in read_jsonl(run_dir / "steps.jsonl")]
+    assert losses == pytest.approx(
+        [r["loss"] for r in read_jsonl(reference / "steps.jsonl")], rel=1e-6
+    )
+
+
+@pytest.mark.slow
+def test_resume_at_the_last_step_still_reports_real_metrics(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    args = [*FAST, "trainer.checkpoint_interval=4", f"hydra.run.dir={run_dir}"]
+    assert run_cli(args, cwd=tmp_path).returncode == 0
+    _mark_interrupted(run_dir)  # as if killed during the final evaluation
+    assert run_cli(args, cwd=tmp_path).returncode == 0
+    metrics = json.loads((run_dir / "summary.json").read_text())["metrics"]
+    assert metrics["steps"] == 4
+    assert 0.0 <= metrics["val_accuracy"] <= 1.0 and metrics["val_loss"] > 0  # not NaN
+
+
+@pytest.mark.slow
+def test_resume_null_starts_over_and_drops_the_old_checkpoints(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    long = [
+        "data=synthetic",
+        "model.time_steps=2",
+        "trainer.max_steps=8",
+        "trainer.checkpoint_interval=4",
+        f"hydra.run.dir={run_dir}",
+    ]
+    assert run_cli(long, cwd=tmp_path).returncode == 0
+    short = [
+        *long[:2],
+        "trainer.max_steps=3",
+        "trainer.checkpoint_interval=2",
+        *long[4:],
+        "resume=null",
+    ]
+    assert run_cli(short, cwd=tmp_path).returncode == 0
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        "step_00000002",
+        "step_00000003",
+    ]
+    assert json.loads((run_dir / "summary.json").read_text())["metrics"]["steps"] == 3
 
 
 @pytest.mark.slow

@@ -6,6 +6,8 @@ Validating here means a bad config, or a dry run, leaves no directory behind.
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from omegaconf import DictConfig
 
 from experiments import distributed_env
 from experiments.errors import ConfigError
+from experiments.run.record import COMMAND_ENV, user_command
 
 # Set once Hydra composed the config: an exit status 1 before that is a composition error.
 composed = False
@@ -52,7 +55,10 @@ class ExperimentsCallback(Callback):
         ):
             from experiments.report import write_report
 
-            write_report(Path(config.hydra.sweep.dir))
+            try:
+                write_report(Path(config.hydra.sweep.dir))
+            except Exception as error:  # a report must never turn a finished point into a failure
+                logging.getLogger(__name__).warning("sweep report not updated: %s", error)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from experiments.report import format_outcome, write_report
@@ -73,8 +79,28 @@ class ExperimentsCallback(Callback):
 
         from experiments.plan import build_plan
 
+        # The command the user typed, recorded by every point (Slurm jobs inherit it).
+        os.environ.setdefault(COMMAND_ENV, user_command())
         points = sweep_points(config)
-        if points is None:
+        if points is None:  # e.g. Optuna: it picks points while it runs
+            if config.dry_run:
+                print(
+                    "dry run: this sweeper chooses its points while it runs; the plan "
+                    "of the base config follows (each trial overrides its parameters)."
+                )
+                cfg = compose(
+                    config.hydra.job.config_name,
+                    list(config.hydra.overrides.task),
+                    return_hydra_config=True,
+                )
+                run_dir = Path(config.hydra.sweep.dir).absolute() / "0"
+                plan = build_plan(cfg, run_dir, [], dict(cfg.hydra.runtime.choices))
+                print(
+                    json.dumps(plan.as_dict(), indent=2)
+                    if config.dry_run == "json"
+                    else plan.as_text()
+                )
+                sys.exit(0)
             return
         plans = []
         for number, overrides in enumerate(points):

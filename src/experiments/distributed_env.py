@@ -23,7 +23,3 @@ def rank() -> int:
     if "RANK" in os.environ:
         return int(os.environ["RANK"])
     return int(os.environ.get("SLURM_PROCID", "0")) if in_slurm_job() else 0
-
-
-def world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))

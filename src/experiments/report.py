@@ -110,7 +110,7 @@ def write_report(sweep_dir: Path) -> dict[str, Any]:
         for status in sorted({r["status"] for r in table})
     }
     for stale in sweep_dir.glob("metric_vs_*.png"):  # the swept keys may have changed
-        stale.unlink()
+        stale.unlink(missing_ok=True)  # another job's report writer may have removed it
     plots = _plots(sweep_dir, points, keys) if points else []
     (sweep_dir / "report.md").write_text(
         _markdown(sweep_dir, columns, table, counts, best, worst, plots), encoding="utf-8"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import resource
+import shutil
 import sys
 import time
 import warnings
@@ -250,6 +251,10 @@ class _Trainer:
         found = checkpoint.load_agreed(candidates, self.shard, self.recipe, context.all_true)
         if found is None:
             self.recorder.truncate_logs(after_step=0)
+            if plan.resume is None:  # starting over: older checkpoints must not outrank ours
+                if context.is_leader:
+                    shutil.rmtree(self.root, ignore_errors=True)
+                context.barrier()
             return 0, 0, 0
         path, state, meta = found
         set_state_dict(
@@ -286,6 +291,7 @@ class _Trainer:
         timed_images = 0
         last_loss = val_loss = val_accuracy = math.nan
         saved_step = step
+        position = (epoch, batch_in_epoch)
         bar = tqdm(
             total=total_steps,
             initial=step,
@@ -333,6 +339,8 @@ class _Trainer:
                     self.stop.hand_over()
                 if step >= total_steps:
                     break
+            # Where a resume would start: the next batch, or the next epoch if this one ended.
+            position = (epoch, index + 1) if index + 1 < steps_per_epoch else (epoch + 1, 0)
             batch_in_epoch = 0
             epoch += 1
             val_loss, val_accuracy = self._evaluate()
@@ -354,8 +362,10 @@ class _Trainer:
             if context.is_leader:  # tqdm.write prints even where the bar is disabled
                 bar.write(f"epoch {epoch}: val_accuracy={val_accuracy:.4f} val_loss={val_loss:.4f}")
         bar.close()
+        if math.isnan(val_accuracy):  # resumed at the last step: nothing was evaluated yet
+            val_loss, val_accuracy = self._evaluate()
         if step != saved_step:
-            self._save(step, epoch, 0)
+            self._save(step, *position)
         return {
             "val_accuracy": val_accuracy,
             "val_loss": val_loss,

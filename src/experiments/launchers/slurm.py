@@ -7,6 +7,7 @@ same parameters hydra-submitit-launcher will hand it, so what is printed is what
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from experiments.errors import ConfigError
@@ -55,6 +56,7 @@ def sbatch_parameters(launcher: dict, job_name: str) -> dict[str, object]:
         "cpus_per_task": launcher["cpus_per_task"],
         "mem": f"{launcher['mem_gb']}GB",
         "time": launcher["timeout_min"],
+        "signal_delay_s": launcher["signal_delay_s"],
     }
     if launcher["gpus_per_node"]:
         parameters["gpus_per_node"] = launcher["gpus_per_node"]
@@ -72,10 +74,13 @@ def command(launcher: dict, overrides: list[str], run_dir: str) -> list[str]:
     """The sbatch script, as lines."""
     from submitit.slurm.slurm import _make_sbatch_string
 
+    # The run directory is <sweep dir>/<point>; submitit's folder is <sweep dir>/.submitit/%j
+    # and the job is named after the Hydra job ("train"), as conf/launcher/slurm.yaml sets them.
+    folder = str(Path(run_dir).parent / ".submitit" / "%j")
     script = _make_sbatch_string(
-        command="python -u -m submitit.core._submit <submitit folder>",
-        folder=f"{run_dir}/.submitit/%j",
-        **sbatch_parameters(launcher, "experiments-train"),
+        command=f"python -u -m submitit.core._submit {folder}",
+        folder=folder,
+        **sbatch_parameters(launcher, "train"),
     )
     return script.splitlines()
 
