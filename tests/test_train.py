@@ -244,7 +244,7 @@ def test_cuda_path_dry_run_shows_the_exact_library_config_and_sbatch(tmp_path: P
         "launcher.partition=gpu",
         "trainer.precision=bf16",
         "data.image_size=32",
-        f"hydra.run.dir={tmp_path / 'run'}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",  # launcher=slurm submits as a one-point sweep
         "dry_run=json",
     ]
     result = run_cli(args, cwd=tmp_path)
@@ -257,7 +257,7 @@ def test_cuda_path_dry_run_shows_the_exact_library_config_and_sbatch(tmp_path: P
     assert config.precision.mode == "bf16"
     assert config.model.image_size == 32 and config.model.num_classes == 10
     assert config.dataset_builder == "experiments.data.digits.build_digits_datasets"
-    assert str(config.checkpoint_dir) == str(tmp_path / "run" / "checkpoints")
+    assert str(config.checkpoint_dir) == str(tmp_path / "sweep" / "0" / "checkpoints")
     sbatch = "\n".join(plan["command"])
     for line in (
         "#SBATCH --nodes=2",
@@ -267,4 +267,4 @@ def test_cuda_path_dry_run_shows_the_exact_library_config_and_sbatch(tmp_path: P
         "#SBATCH --time=60",
     ):
         assert line in sbatch
-    assert not (tmp_path / "run").exists()
+    assert list(tmp_path.iterdir()) == []  # nothing queued, nothing written
