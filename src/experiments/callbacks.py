@@ -23,6 +23,9 @@ from experiments.run.record import COMMAND_ENV, user_command
 
 # Set once Hydra composed the config: an exit status 1 before that is a composition error.
 composed = False
+# The plan on_run_start built for a single run; the task function reuses it instead of
+# validating (and building the model on the meta device) a second time.
+planned: Any = None
 
 
 def print_config_error(error: ConfigError) -> None:
@@ -126,7 +129,7 @@ class ExperimentsCallback(Callback):
             sys.exit(0)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        global composed
+        global composed, planned
         composed = True
         from experiments.plan import build_plan
 
@@ -142,6 +145,7 @@ class ExperimentsCallback(Callback):
         except ConfigError as error:
             print_config_error(error)
             sys.exit(ConfigError.exit_code)
+        planned = plan
         if distributed_env.is_worker():
             return  # the launching process already printed the plan / wrote .hydra
         if config.dry_run == "json":

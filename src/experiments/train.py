@@ -48,12 +48,14 @@ def app(cfg: DictConfig) -> float | None:
 
         slurm.export_rank_env()
     try:
-        plan = build_plan(
-            cfg,
-            hydra_cfg.runtime.output_dir,
-            list(hydra_cfg.overrides.task),
-            dict(hydra_cfg.runtime.choices),
-        )
+        plan = callbacks.planned  # a single run was planned before Hydra made its directory
+        if plan is None or plan.run_dir != Path(hydra_cfg.runtime.output_dir):
+            plan = build_plan(  # a sweep point (or a plan for another directory)
+                cfg,
+                hydra_cfg.runtime.output_dir,
+                list(hydra_cfg.overrides.task),
+                dict(hydra_cfg.runtime.choices),
+            )
         return run(plan, cwd=hydra_cfg.runtime.cwd)
     except Exception as error:
         if hydra_cfg.mode != RunMode.MULTIRUN or distributed_env.is_worker():
