@@ -13,7 +13,7 @@ import platform
 import time
 from pathlib import Path
 
-from bench import snn_overhead, startup, topology_cost
+from bench import gan_overhead, snn_overhead, startup, topology_cost
 from bench.common import REPO
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
@@ -38,6 +38,11 @@ def main() -> None:
     started = time.time()
     rows = [
         *snn_overhead.measure(steps=20 if args.quick else 120, repeats=1 if args.quick else 3),
+        *gan_overhead.measure(
+            iters=12 if args.quick else 200,
+            log_every=2 if args.quick else 10,
+            repeats=1 if args.quick else 3,
+        ),
         *startup.measure(repeats=1 if args.quick else 5),
         *topology_cost.measure(steps=6 if args.quick else 30),
     ]

@@ -11,7 +11,7 @@ import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -23,7 +23,11 @@ from experiments import validation as check
 from experiments.errors import ConfigError
 from experiments.launchers import launcher_module
 from experiments.models import capabilities, instantiate_model_config, parameter_count
+from experiments.models.gan import is_gan
 from experiments.topology import ParallelDims, parallel_dims
+
+if TYPE_CHECKING:
+    from experiments.plan_gan import GANPlan
 
 ENGINES = ("auto", "spikingjelly", "cpu")
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
@@ -48,6 +52,12 @@ class RunPlan:
     launch_command: list[str]
     resume: str | None
     trainer: dict[str, Any] = field(default_factory=dict)
+
+    objective: str = "val_accuracy"  # the metric a sweep optimises and a re-run reports
+
+    @property
+    def seed(self) -> int:
+        return self.training_config.seed
 
     @property
     def global_batch(self) -> int:
@@ -98,10 +108,7 @@ class RunPlan:
             f"  run dir    {self.run_dir}",
             f"  launcher   {plan['launcher']}; it would execute:",
         ]
-        if plan["launcher"] == "slurm":
-            lines += [f"    {line}" for line in self.launch_command]
-        else:
-            lines.append(f"    {shlex.join(self.launch_command)}")
+        lines += launch_lines(plan["launcher"], self.launch_command)
         lines.append("  library config (SpikingJelly TrainingConfig.as_dict()):")
         lines += [
             f"    {line}" for line in json.dumps(plan["library_config"], indent=2).splitlines()
@@ -109,13 +116,32 @@ class RunPlan:
         return "\n".join(lines)
 
 
+def launch_lines(launcher: str, command: list[str]) -> list[str]:
+    """A dry run's view of the command: an sbatch script line by line, else one shell line."""
+    if launcher == "slurm":
+        return [f"    {line}" for line in command]
+    return [f"    {shlex.join(command)}"]
+
+
 def build_plan(
     cfg: DictConfig, run_dir: Path | str, overrides: list[str], choices: dict[str, str]
-) -> RunPlan:
+) -> RunPlan | GANPlan:
     values = _resolve(cfg)
     run_dir = Path(run_dir)
     check.integer(values["seed"], "seed", minimum=0)
     check.choice(values["dry_run"], "dry_run", (False, True, "json"))
+    if is_gan(values["model"]):
+        from experiments.plan_gan import build_gan_plan
+
+        return build_gan_plan(values, run_dir, overrides, choices)
+    for key in ("resume_from", "load_from"):
+        if values.get(key) is not None:
+            raise ConfigError(
+                key,
+                values[key],
+                "null: MMGen's resume_from/load_from apply to GAN models; an SNN run resumes "
+                "with resume=auto (its own checkpoints) or resume=<checkpoint directory>",
+            )
     resume = _resume(values.get("resume"))
     trainer = _trainer(values["trainer"])
     optimizer_name, optimizer_kwargs = _optimizer(values["optimizer"])

@@ -80,11 +80,12 @@ def _record_failure(run_dir: Path, overrides: list[str], error: Exception) -> No
 def run(plan: RunPlan, cwd: str) -> float | None:
     previous = read_summary(plan.run_dir)
     if previous and previous.get("status") == "completed" and plan.resume == "auto":
+        value = previous["metrics"].get(plan.objective)
         print(
-            f"Run already completed: {plan.run_dir} (val_accuracy="
-            f"{previous['metrics']['val_accuracy']:.4f}); resume=null retrains it."
+            f"Run already completed: {plan.run_dir} ({plan.objective}="
+            f"{_format(value)}); resume=null retrains it."
         )
-        return previous["metrics"].get("val_accuracy")
+        return value
     child = _child_command(plan)
     if child is not None:
         return _launch_child(plan, child)
@@ -108,7 +109,7 @@ def run(plan: RunPlan, cwd: str) -> float | None:
     recorder.finish("completed", metrics=metrics)
     if recorder.enabled:
         _report(plan, recorder.summary)
-    return metrics["val_accuracy"]
+    return metrics.get(plan.objective)
 
 
 def _child_command(plan: RunPlan) -> list[str] | None:
@@ -140,10 +141,14 @@ def _launch_child(plan: RunPlan, command: list[str]) -> float | None:
         )
         _record_failure(plan.run_dir, plan.overrides, error)  # a killed child wrote nothing
         raise error
-    return summary.get("metrics", {}).get("val_accuracy")
+    return summary.get("metrics", {}).get(plan.objective)
 
 
 def _engine(name: str) -> Any:
+    if name == "mmgen":
+        from experiments.engines import gan_mmgen
+
+        return gan_mmgen
     if name == "spikingjelly":
         from experiments.engines import snn_spikingjelly
 
@@ -173,7 +178,7 @@ def _summary(plan: RunPlan, cwd: str, previous: dict[str, Any] | None) -> dict[s
         )
     }
     summary.update(
-        seed=plan.training_config.seed,
+        seed=plan.seed,
         command=user_command(),
         overrides=plan.overrides,
         versions=versions(),
@@ -189,8 +194,27 @@ def _summary(plan: RunPlan, cwd: str, previous: dict[str, Any] | None) -> dict[s
     return summary
 
 
+def _format(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
 def _report(plan: RunPlan, summary: dict[str, Any]) -> None:
     metrics = summary["metrics"]
+    if plan.engine == "mmgen":
+        print(
+            f"\nRun completed in {summary['wall_time_s']:.1f} s "
+            f"({metrics['iters']} iterations, MMGen train_model, "
+            f"world size {summary['world_size']})\n"
+            f"  loss_gen      {_format(metrics.get('loss_gen'))} (last logged iteration)\n"
+            f"  loss_disc     {_format(metrics.get('loss_disc'))}\n"
+            f"  swd (x1e3)    {_format(metrics.get('swd'))} (generated vs data; lower is better)\n"
+            f"  ms_ssim       {_format(metrics.get('ms_ssim'))} (generated pairs; data: "
+            f"{_format(metrics.get('ms_ssim_real'))})\n"
+            f"  samples       {(plan.run_dir / metrics['final_grid']).resolve()}\n"
+            f"  run directory {plan.run_dir.resolve()}\n"
+            f"  tensorboard   tensorboard --logdir {plan.run_dir.resolve()}"
+        )
+        return
     print(
         f"\nRun completed in {summary['wall_time_s']:.1f} s "
         f"({metrics['steps']} steps, {summary['engine']} engine, "

@@ -115,14 +115,14 @@ class RunRecorder:
         self.summary.update(status="running", started_at=_now())
         self._write_summary()
 
-    def log_metrics(self, record: dict[str, Any]) -> None:
+    def log_metrics(self, record: dict[str, Any], tag_prefix: str = "epoch") -> None:
         if not self.enabled:
             return
         append_jsonl(self.run_dir / METRICS, record)
         step = int(record.get("step", 0))
         for key, value in record.items():
-            if key not in ("step", "epoch") and isinstance(value, (int, float)):
-                self.scalar(f"epoch/{key}", value, step)
+            if key not in ("step", "epoch", "time") and isinstance(value, (int, float)):
+                self.scalar(f"{tag_prefix}/{key}", value, step)
 
     def truncate_logs(self, after_step: int) -> None:
         """Keep the records of steps <= after_step (0: a fresh start keeps none)."""

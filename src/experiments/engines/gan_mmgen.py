@@ -1,0 +1,349 @@
+"""GAN engine: MMGen's train_model and DynamicIterBasedRunner, recorded like every run.
+
+Training is MMGen's: its recipe, builders, runner and hooks (checkpoint, logger, EMA where
+the recipe has one, sample grids). We add two hooks: CPU resume (mmgen_compat) and the run
+record (metrics.jsonl, TensorBoard), then MMGen's SWD and MS-SSIM on the run's data at the end.
+
+On CPU ranks (gloo) train_model(distributed=True) cannot run: it moves the model to CUDA and
+its sampler seeds through a CUDA tensor. `_train_cpu_ddp` repeats train_model's few lines
+with the CPU-capable parts (torch's DistributedSampler, MMDistributedDataParallel without
+device ids, the recipe's dynamic-DDP runner); nothing in mmgen or mmcv is edited.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from experiments import distributed_env
+from experiments.data.image_files import DIGITS_FOLDER, ensure_digits_pngs
+from experiments.engines import mmgen_compat
+from experiments.models.gan import CHECKPOINT_DIRNAME, SAMPLES_DIRNAME
+from experiments.run.record import RunRecorder
+
+log = logging.getLogger("experiments.gan")
+CONFIG_FILE = "mmgen_config.py"  # the composed recipe, as MMGen's tools/train.py dumps it
+FINAL_GRID = "final.png"
+
+
+def checkpoint_dir(run_dir: Path) -> Path:
+    """Where MMGen's CheckpointHook writes: <work_dir>/ckpt/<basename of work_dir>/."""
+    return run_dir / CHECKPOINT_DIRNAME / run_dir.resolve().name
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest iter_N.pth that loads: a crash during MMGen's (non-atomic) save leaves a
+    truncated file, which is skipped for the one before it."""
+    found = []
+    for path in checkpoint_dir(run_dir).glob("iter_*.pth"):
+        try:
+            found.append((int(path.stem.split("_", 1)[1]), path))
+        except ValueError:
+            continue
+    for _, path in sorted(found, reverse=True):
+        try:
+            torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as error:  # truncated or foreign file
+            log.warning("skipping unreadable checkpoint %s (%s)", path, error)
+            continue
+        return path
+    return None
+
+
+def start_point(plan: Any) -> tuple[str, Path | None]:
+    """(how, checkpoint): the run's own newest checkpoint wins (re-running a run resumes it),
+    then resume_from (whole state), then load_from (weights only), else a fresh start."""
+    if plan.resume == "auto":
+        own = latest_checkpoint(plan.run_dir)
+        if own is not None:
+            return "auto_resume", own
+    if plan.resume_from:
+        return "resume_from", Path(plan.resume_from)
+    if plan.load_from:
+        return "load_from", Path(plan.load_from)
+    return "fresh", None
+
+
+def _register_record_hook() -> None:
+    from mmcv.runner import HOOKS, Hook
+
+    if "ExperimentsRecordHook" in HOOKS.module_dict:
+        return
+
+    @HOOKS.register_module()
+    class ExperimentsRecordHook(Hook):
+        """Losses to metrics.jsonl and TensorBoard every log interval and at the last
+        iteration; resumed runs keep one record per iteration."""
+
+        def __init__(self, recorder: RunRecorder, interval: int, images_per_iter: int) -> None:
+            self.recorder = recorder
+            self.interval = interval
+            self.images_per_iter = images_per_iter
+            self.last: dict[str, Any] = {}
+            self.start_iter = 0
+            self.started = time.perf_counter()
+
+        def before_run(self, runner: Any) -> None:
+            self.start_iter = runner.iter
+            self.recorder.truncate_logs(after_step=runner.iter)
+            self.started = time.perf_counter()
+
+        def after_train_iter(self, runner: Any) -> None:
+            done = runner.iter + 1  # mmcv counts the iteration after its hooks
+            if done % self.interval and done != runner.max_iters:
+                return
+            log_vars = runner.outputs.get("log_vars", {})
+            record: dict[str, Any] = {"step": done}
+            record.update({k: float(v) for k, v in log_vars.items() if isinstance(v, (int, float))})
+            record.update(split_losses(record))
+            elapsed = time.perf_counter() - self.started
+            record["images_per_second"] = (
+                (done - self.start_iter) * self.images_per_iter / elapsed if elapsed else 0.0
+            )
+            record["time"] = time.time()
+            self.last = record
+            self.recorder.log_metrics(record, tag_prefix="train")
+
+
+def split_losses(log_vars: dict[str, Any]) -> dict[str, float]:
+    """MMGen logs each loss term (loss_disc_fake, loss_disc_real, loss_gp, ... for the
+    discriminator; loss_disc_fake_g, ... for the generator: the `_g` suffix). Their sums are
+    the two numbers a user compares across runs."""
+    terms = {k: v for k, v in log_vars.items() if k.startswith("loss_") and k != "loss"}
+    terms = {k: v for k, v in terms.items() if k not in ("loss_gen", "loss_disc")}
+    gen = [v for k, v in terms.items() if k.endswith("_g")]
+    disc = [v for k, v in terms.items() if not k.endswith("_g")]
+    losses = {}
+    if gen:
+        losses["loss_gen"] = float(sum(gen))
+    if disc:
+        losses["loss_disc"] = float(sum(disc))
+    return losses
+
+
+def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
+    mmgen_compat.import_mmgen()
+    _register_record_hook()
+    from mmgen.apis import set_random_seed, train_model
+    from mmgen.datasets import build_dataset
+    from mmgen.utils import get_root_logger
+
+    from experiments.models.gan import build_model
+
+    world_size = plan.dims.world_size
+    distributed = world_size > 1
+    if distributed and not dist.is_initialized():
+        if plan.device == "cuda":
+            torch.cuda.set_device(distributed_env.local_rank())
+        dist.init_process_group(plan.backend)
+    rank = distributed_env.rank()
+    if plan.image_root.name == DIGITS_FOLDER:
+        ensure_digits_pngs(plan.image_root)  # atomic: ranks may race
+    if distributed:
+        dist.barrier()
+
+    cfg = copy.deepcopy(plan.mmgen_config)
+    how, checkpoint = start_point(plan)
+    if rank == 0:
+        cfg.dump(str(plan.run_dir / CONFIG_FILE))
+        recorder.summary.update(start=how, start_checkpoint=str(checkpoint) if checkpoint else None)
+        if how == "auto_resume":
+            recorder.summary["resumes"] = recorder.summary.get("resumes", 0) + 1
+    hook_recorder = recorder if rank == 0 else RunRecorder(plan.run_dir, {}, enabled=False)
+    record_hook = dict(
+        type="ExperimentsRecordHook",
+        recorder=hook_recorder,
+        interval=plan.recipe.log_interval,
+        images_per_iter=plan.global_batch,
+        priority="VERY_LOW",
+    )
+    cfg.custom_hooks = [*cfg.custom_hooks, record_hook]
+    if how in ("auto_resume", "resume_from"):
+        cfg.custom_hooks.append(
+            dict(type="CPUResumeHook", checkpoint=str(checkpoint), priority="HIGHEST")
+        )
+    elif how == "load_from":
+        cfg.load_from = str(checkpoint)  # BaseRunner.load_checkpoint maps to the CPU itself
+
+    timestamp = time.strftime("%Y%m%d_%H%M%S")
+    log_file = str(plan.run_dir / f"{timestamp}.log") if rank == 0 else None
+    get_root_logger(log_file=log_file, log_level=cfg.log_level)
+    set_random_seed(cfg.seed, use_rank_shift=distributed)
+    model = build_model(cfg)
+    dataset = build_dataset(cfg.data.train)
+    meta = dict(seed=cfg.seed, exp_name=plan.run_dir.resolve().name)
+    started = time.perf_counter()
+    if distributed and plan.device == "cpu":
+        _train_cpu_ddp(model, dataset, cfg, timestamp, meta)
+    else:
+        train_model(
+            model, dataset, cfg, distributed=distributed, validate=False,
+            timestamp=timestamp, meta=meta,
+        )  # fmt: skip
+    wall = time.perf_counter() - started
+
+    replica_diff = _replica_max_diff(model) if distributed else None
+    metrics: dict[str, Any] = {}
+    if rank == 0:
+        last = hook_last(hook_recorder)
+        metrics = {
+            "iters": plan.recipe.iters,
+            "steps": plan.recipe.iters,
+            "loss_gen": last.get("loss_gen"),
+            "loss_disc": last.get("loss_disc"),
+            "images_per_second": last.get("images_per_second"),
+            "train_seconds": round(wall, 2),
+        }
+        if replica_diff is not None:
+            metrics["replica_max_diff"] = replica_diff
+        model.eval()
+        grid = save_final_grid(model, plan)
+        metrics.update(quality(model, dataset, plan))
+        metrics["final_grid"] = str(grid.relative_to(plan.run_dir))
+    if distributed:
+        dist.barrier()
+        dist.destroy_process_group()
+    return metrics
+
+
+def _replica_max_diff(model: Any) -> float:
+    """Largest difference between any rank's parameters and rank 0's: 0 when MMGen's
+    dynamic-DDP reducer kept the replicas in step."""
+    flat = torch.cat([p.detach().flatten().float() for p in model.parameters()])
+    reference = flat.clone()
+    dist.broadcast(reference, 0)
+    diff = (flat - reference).abs().max()
+    dist.all_reduce(diff, op=dist.ReduceOp.MAX)
+    return float(diff)
+
+
+def hook_last(recorder: RunRecorder) -> dict[str, Any]:
+    """The last record the hook wrote (read back: train_model keeps its runner to itself)."""
+    import json
+
+    path = recorder.run_dir / "metrics.jsonl"
+    if not path.exists():
+        return {}
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return json.loads(lines[-1]) if lines else {}
+
+
+def _train_cpu_ddp(model: Any, dataset: Any, cfg: Any, timestamp: str, meta: dict) -> None:
+    """train_model(distributed=True) for gloo ranks: the same runner, hooks and order."""
+    from mmcv.parallel import MMDistributedDataParallel, collate
+    from mmcv.runner import HOOKS, build_runner
+    from mmcv.utils import build_from_cfg
+    from mmgen.core.optimizer import build_optimizers
+    from mmgen.utils import get_root_logger
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    batch = cfg.data.samples_per_gpu
+    sampler = DistributedSampler(dataset, shuffle=True, seed=cfg.seed)
+    loader = DataLoader(
+        dataset,
+        batch_size=batch,
+        sampler=sampler,
+        num_workers=cfg.data.workers_per_gpu,
+        drop_last=True,
+        collate_fn=partial(collate, samples_per_gpu=batch),
+    )
+    optimizer = build_optimizers(model, cfg.optimizer)
+    # The recipe's use_ddp_wrapper (one DDP per sub-module) pins CUDA device ids; the whole
+    # model under MMDistributedDataParallel with the dynamic-DDP runner is MMGen's other path.
+    ddp = MMDistributedDataParallel(
+        model,
+        broadcast_buffers=False,
+        find_unused_parameters=cfg.get("find_unused_parameters", False),
+    )
+    # mmcv 1.7.2's MMDDP forward (used by the sample hook) reads an attribute that torch 2.x
+    # DistributedDataParallel no longer sets.
+    ddp._use_replicated_tensor_module = False
+    runner_cfg = dict(cfg.runner, is_dynamic_ddp=True)
+    runner = build_runner(
+        runner_cfg,
+        dict(
+            model=ddp,
+            optimizer=optimizer,
+            work_dir=cfg.work_dir,
+            logger=get_root_logger(cfg.log_level),
+            use_apex_amp=False,
+            meta=meta,
+        ),
+    )
+    runner.timestamp = timestamp
+    checkpoint_config = dict(cfg.checkpoint_config)
+    checkpoint_config["out_dir"] = os.path.join(
+        cfg.work_dir, checkpoint_config.get("out_dir", "ckpt")
+    )
+    runner.register_training_hooks(
+        cfg.lr_config, None, checkpoint_config, cfg.log_config, cfg.get("momentum_config", None)
+    )
+    for hook_cfg in cfg.custom_hooks:
+        hook_cfg = dict(hook_cfg)
+        priority = hook_cfg.pop("priority", "NORMAL")
+        runner.register_hook(build_from_cfg(hook_cfg, HOOKS), priority=priority)
+    if cfg.load_from:
+        runner.load_checkpoint(cfg.load_from)
+    runner.run([loader], cfg.workflow, cfg.total_iters)
+
+
+@torch.no_grad()
+def save_final_grid(model: Any, plan: Any) -> Path:
+    """The trained generator's samples, as MMGen's sample hook draws them (same layout)."""
+    from torchvision.utils import save_image
+
+    torch.manual_seed(plan.seed)
+    images = model(None, num_batches=plan.recipe.num_samples, return_loss=False)
+    images = ((images + 1) / 2).clamp(0, 1)
+    if images.shape[1] == 3:
+        images = images[:, [2, 1, 0]]  # MMGen trains on BGR (mmcv's image order)
+    path = plan.run_dir / SAMPLES_DIRNAME / FINAL_GRID
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_image(images, str(path), nrow=math.ceil(math.sqrt(len(images))), padding=0)
+    return path
+
+
+@torch.no_grad()
+def quality(model: Any, dataset: Any, plan: Any) -> dict[str, Any]:
+    """MMGen's SWD (generated vs the run's images; x1e3, lower is better) and MS-SSIM of
+    generated pairs (diversity; lower is more diverse), computed without any download."""
+    from mmgen.core.evaluation.metrics import MS_SSIM, SWD
+
+    count = min(plan.recipe.eval_images, len(dataset)) // 2 * 2
+    if count < 2:
+        return {}
+    torch.manual_seed(plan.seed)
+    order = torch.randperm(len(dataset))[:count].tolist()
+    reals = torch.stack([dataset[i]["real_img"] for i in order])
+    fakes = torch.cat(
+        [
+            model(None, num_batches=min(256, count - start), return_loss=False)
+            for start in range(0, count, 256)
+        ]
+    )
+    if reals.shape[1] == 1:  # SWD's Laplacian pyramid is defined on 3 channels
+        reals, fakes = reals.repeat(1, 3, 1, 1), fakes.repeat(1, 3, 1, 1)
+    result: dict[str, Any] = {"eval_images": count}
+    if plan.recipe.scale >= 16:
+        swd = SWD(num_images=count, image_shape=tuple(reals.shape[1:]))
+        swd.prepare()
+        swd.feed(reals, "reals")
+        swd.feed(fakes, "fakes")
+        levels = [float(x) for x in swd.summary()]
+        result.update(swd=levels[-1], swd_per_level=levels[:-1])
+    for name, images in (("ms_ssim", fakes), ("ms_ssim_real", reals)):
+        metric = MS_SSIM(num_images=count)
+        metric.prepare()
+        metric.feed(images, "reals")  # MS_SSIM scores one set; this only fills its count
+        metric.feed(images, "fakes")
+        result[name] = float(metric.summary())
+    return result

@@ -1,0 +1,244 @@
+"""GAN models: `conf/model/<gan>.yaml` names one of MMGen's bundled recipes.
+
+The recipe file is MMGen's own (mmgen/.mim/configs/...), loaded with mmcv's Config exactly as
+`tools/train.py` would. We change only what our groups own (data, image scale, batch,
+iterations, intervals, work dir, seed) plus the user's `cfg_options` (MMGen's
+`--cfg-options`), so the composed config is still the recipe a user recognises.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from experiments import validation as check
+from experiments.errors import ConfigError
+
+FAMILY = "gan"
+RECIPE_KEYS = (
+    "family",
+    "recipe",
+    "scale",
+    "batch_size",
+    "iters",
+    "checkpoint_interval",
+    "log_interval",
+    "sample_interval",
+    "num_samples",
+    "eval_images",
+    "cfg_options",
+)
+CHECKPOINT_DIRNAME = "ckpt"  # MMGen's: <work_dir>/ckpt/<basename of work_dir>/iter_N.pth
+SAMPLES_DIRNAME = "training_samples"  # MMGen's VisualizeUnconditionalSamples output_dir
+
+
+def is_gan(model: Any) -> bool:
+    return bool(model.get("family") == FAMILY) if hasattr(model, "get") else False
+
+
+@dataclass(frozen=True)
+class GANRecipe:
+    """The model group's values for a GAN, checked."""
+
+    recipe: str
+    scale: int
+    batch_size: int
+    iters: int
+    checkpoint_interval: int
+    log_interval: int
+    sample_interval: int
+    num_samples: int
+    eval_images: int
+    cfg_options: dict[str, Any]
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any]) -> GANRecipe:
+        for key in values:
+            if key not in RECIPE_KEYS:
+                raise ConfigError(
+                    f"model.{key}",
+                    values[key],
+                    "not a key of a GAN model; valid: " + ", ".join(RECIPE_KEYS),
+                )
+        scale = check.integer(values.get("scale"), "model.scale", minimum=8)
+        if scale & (scale - 1):
+            raise ConfigError(
+                "model.scale",
+                scale,
+                f"a power of two (DCGAN-style up/down sampling), e.g. "
+                f"{2 ** round(math.log2(scale))}",
+            )
+        options = values.get("cfg_options") or {}
+        if not isinstance(options, dict):
+            raise ConfigError(
+                "model.cfg_options",
+                options,
+                "a mapping of recipe keys, e.g. {model: {generator: {base_channels: 128}}}",
+            )
+        return cls(
+            recipe=str(values.get("recipe")),
+            scale=scale,
+            batch_size=check.integer(values.get("batch_size"), "model.batch_size", minimum=1),
+            iters=check.integer(values.get("iters"), "model.iters", minimum=1),
+            checkpoint_interval=check.integer(
+                values.get("checkpoint_interval"), "model.checkpoint_interval", minimum=1
+            ),
+            log_interval=check.integer(values.get("log_interval"), "model.log_interval", minimum=1),
+            sample_interval=check.integer(
+                values.get("sample_interval"), "model.sample_interval", minimum=1
+            ),
+            num_samples=check.integer(values.get("num_samples"), "model.num_samples", minimum=1),
+            eval_images=check.integer(values.get("eval_images"), "model.eval_images", minimum=0),
+            cfg_options=flatten(options),
+        )
+
+
+def flatten(options: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{model: {generator: {base_channels: 128}}} -> {"model.generator.base_channels": 128}."""
+    flat: dict[str, Any] = {}
+    for key, value in options.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def configs_root() -> Path:
+    """MMGen's bundled recipes (installed with the package, like `mim` would fetch them)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("mmgen")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            "model",
+            "gan",
+            "GAN models need MMGeneration, which is not installed: run "
+            "scripts/gan/install_gan.sh .venv (or `make setup-gan`)",
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / ".mim" / "configs"
+
+
+def recipe_path(recipe: str) -> Path:
+    root = configs_root()
+    path = root / recipe
+    if not path.is_file():
+        family = root / recipe.split("/")[0]
+        options = (
+            sorted(f"{family.name}/{p.name}" for p in family.glob("*.py"))
+            if family.is_dir()
+            else sorted(p.name for p in root.iterdir() if p.is_dir() and p.name != "_base_")
+        )
+        raise ConfigError(
+            "model.recipe", recipe, "a recipe bundled with mmgen, e.g. " + ", ".join(options[:6])
+        )
+    return path
+
+
+def build_config(
+    recipe: GANRecipe,
+    data: dict[str, Any],
+    image_root: Path,
+    channels: int,
+    run_dir: Path,
+    seed: int,
+) -> Any:
+    """MMGen's recipe with our groups' values; returns an mmcv Config."""
+    import mmcv
+
+    from experiments.engines import mmgen_compat
+
+    cfg = mmcv.Config.fromfile(str(recipe_path(recipe.recipe)))
+    if mmgen_compat.uses_ada(cfg._cfg_dict.to_dict()) and not mmgen_compat.ada_available():
+        raise ConfigError("model.recipe", recipe.recipe, mmgen_compat.ADA_MESSAGE)
+    model = cfg.model
+    _set_first(model.generator, ("output_scale", "out_scale", "out_size"), recipe.scale)
+    _set_first(model.discriminator, ("input_scale", "in_scale", "in_size"), recipe.scale)
+    model.generator.out_channels = channels
+    model.discriminator.in_channels = channels
+    cfg.data.train.imgs_root = str(image_root)
+    cfg.data.train.pipeline = _pipeline(cfg.data.train.pipeline, recipe.scale, channels)
+    if "train_pipeline" in cfg:  # the recipe's variable, shown in the dumped config
+        cfg.train_pipeline = cfg.data.train.pipeline
+    cfg.data.val = None  # GAN training reads no validation split (MMGen: validate=False)
+    cfg.data.samples_per_gpu = recipe.batch_size
+    cfg.data.workers_per_gpu = 0  # a PNG batch decodes in ~10 ms; no worker processes
+    cfg.total_iters = recipe.iters
+    cfg.checkpoint_config = dict(
+        cfg.get("checkpoint_config") or {}, interval=recipe.checkpoint_interval, by_epoch=False
+    )
+    cfg.log_config = dict(cfg.get("log_config") or {}, interval=recipe.log_interval)
+    cfg.log_config.setdefault("hooks", [dict(type="TextLoggerHook")])
+    hooks = [
+        h for h in cfg.get("custom_hooks") or [] if h.get("type") != "VisualizeUnconditionalSamples"
+    ]
+    hooks.append(
+        dict(
+            type="VisualizeUnconditionalSamples",
+            output_dir=SAMPLES_DIRNAME,
+            interval=recipe.sample_interval,
+            num_samples=recipe.num_samples,
+            nrow=math.ceil(math.sqrt(recipe.num_samples)),
+        )
+    )
+    cfg.custom_hooks = hooks
+    cfg.evaluation = None  # the recipes' FID/IS hooks need Inception weights (a download)
+    cfg.metrics = dict(
+        swd=dict(
+            type="SWD", num_images=recipe.eval_images, image_shape=(3, recipe.scale, recipe.scale)
+        ),
+        ms_ssim=dict(type="MS_SSIM", num_images=recipe.eval_images),
+    )
+    cfg.work_dir = str(run_dir)
+    cfg.seed = seed
+    cfg.gpu_ids = [0]  # train_model: batch = len(gpu_ids) x samples_per_gpu on one process
+    cfg.resume_from = None
+    cfg.load_from = None
+    if recipe.cfg_options:
+        cfg.merge_from_dict(recipe.cfg_options)
+    return cfg
+
+
+def _set_first(node: Any, keys: tuple[str, ...], value: int) -> None:
+    for key in keys:
+        if key in node:
+            node[key] = value
+            return
+    node[keys[0]] = value
+
+
+def _pipeline(pipeline: list[Any], scale: int, channels: int) -> list[Any]:
+    """The recipe's own transforms, with our image size and channel count."""
+    adapted = []
+    for step in pipeline:
+        step = dict(step)
+        kind = step.get("type")
+        if kind == "LoadImageFromFile":
+            step["flag"] = "grayscale" if channels == 1 else "color"
+        elif kind == "Resize":
+            step["scale"] = (scale, scale)
+            step.pop("keep_ratio", None)
+        elif kind == "Normalize":
+            step["mean"] = [127.5] * channels
+            step["std"] = [127.5] * channels
+        adapted.append(step)
+    return adapted
+
+
+def build_model(cfg: Any) -> Any:
+    from mmgen.models import build_model as mmgen_build_model
+
+    try:
+        return mmgen_build_model(cfg.model, train_cfg=cfg.train_cfg, test_cfg=cfg.test_cfg)
+    except Exception as error:  # a cfg_options key the recipe's classes do not take
+        if "ADAUnavailableError" in type(error).__name__:
+            raise ConfigError("model.recipe", cfg.filename, str(error)) from None
+        raise ConfigError(
+            "model.cfg_options",
+            os.path.basename(str(cfg.filename)),
+            f"MMGen cannot build the recipe's model: {type(error).__name__}: {error}",
+        ) from None

@@ -1,0 +1,221 @@
+"""The plan of a GAN run: MMGen's recipe with our groups' values, checked before launch.
+
+plan.build_plan hands a model with `family: gan` here. The same promises hold as for SNN
+runs: every failure is a ConfigError naming key, value and a valid choice, raised before any
+process, queue slot or file exists.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from experiments import validation as check
+from experiments.data.image_files import gan_image_root
+from experiments.errors import ConfigError
+from experiments.launchers import launcher_module
+from experiments.models import Capabilities
+from experiments.models.gan import GANRecipe, build_config, build_model
+from experiments.topology import ParallelDims, parallel_dims
+
+GAN_TOPOLOGIES = ("single", "ddp")
+OBJECTIVE = "swd"  # sliced Wasserstein distance to the run's data (x1e3, lower is better)
+
+
+@dataclass
+class GANPlan:
+    """A validated GAN run; mirrors RunPlan's interface for the launcher and the recorder."""
+
+    choices: dict[str, str]
+    run_dir: Path
+    overrides: list[str]
+    recipe: GANRecipe
+    mmgen_config: Any  # mmcv Config: MMGen's recipe with our values
+    parameters: dict[str, int]
+    dims: ParallelDims
+    engine: str
+    device: str
+    backend: str
+    launch_command: list[str]
+    resume: str | None
+    resume_from: str | None
+    load_from: str | None
+    seed: int
+    image_root: Path
+    objective: str = OBJECTIVE
+
+    @property
+    def global_batch(self) -> int:
+        return self.recipe.batch_size * self.dims.data_parallel_size
+
+    def library_config(self) -> dict[str, Any]:
+        return json.loads(json.dumps(self.mmgen_config._cfg_dict.to_dict(), default=str))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.choices.get("model"),
+            "model_class": self.recipe.recipe,
+            "parameters": sum(self.parameters.values()),
+            "parameters_by_module": self.parameters,
+            "data": self.choices.get("data"),
+            "topology": self.choices.get("topology"),
+            "launcher": self.choices.get("launcher"),
+            "engine": self.engine,
+            "device": self.device,
+            "backend": self.backend,
+            "world_size": self.dims.world_size,
+            "mesh": self.dims.as_dict(),
+            "batch": {"per_rank": self.recipe.batch_size, "global": self.global_batch},
+            "iters": self.recipe.iters,
+            "run_dir": str(self.run_dir),
+            "resume": self.resume,
+            "resume_from": self.resume_from,
+            "load_from": self.load_from,
+            "image_root": str(self.image_root),
+            "command": self.launch_command,
+            "library_config": self.library_config(),
+        }
+
+    def as_text(self) -> str:
+        from experiments.plan import launch_lines
+
+        plan = self.as_dict()
+        counts = ", ".join(f"{k} {v / 1e6:.2f} M" for k, v in self.parameters.items())
+        start = (
+            f"resume_from {self.resume_from}"
+            if self.resume_from
+            else f"load_from {self.load_from}"
+            if self.load_from
+            else "fresh (or its own latest checkpoint)"
+            if self.resume == "auto"
+            else "fresh"
+        )
+        lines = [
+            "Run plan (dry run: nothing was trained or written)",
+            f"  model      {plan['model']}: MMGen recipe {self.recipe.recipe} ({counts})",
+            f"  data       {plan['data']} -> {self.image_root}, {self.recipe.scale}x"
+            f"{self.recipe.scale}",
+            f"  engine     MMGen train_model on {self.device} (backend {self.backend})",
+            f"  topology   {plan['topology']}: world size {self.dims.world_size}",
+            f"  batch      {self.recipe.batch_size} per rank, {self.global_batch} global; "
+            f"{self.recipe.iters} iterations",
+            f"  start      {start}",
+            f"  run dir    {self.run_dir} (MMGen work_dir)",
+            f"  launcher   {plan['launcher']}; it would execute:",
+        ]
+        lines += launch_lines(plan["launcher"], self.launch_command)
+        lines.append("  library config (MMGen recipe, mmcv Config.pretty_text):")
+        lines += [f"    {line}" for line in self.mmgen_config.pretty_text.splitlines()]
+        return "\n".join(lines)
+
+
+def build_gan_plan(
+    values: dict[str, Any], run_dir: Path, overrides: list[str], choices: dict[str, str]
+) -> GANPlan:
+    from experiments.engines import mmgen_compat
+    from experiments.plan import user_overrides
+
+    recipe = GANRecipe.from_values(values["model"])
+    model_name = choices.get("model", recipe.recipe)
+    resume, resume_from, load_from = _checkpoints(values)
+    _check_trainer(values["trainer"])
+    image_root, channels = gan_image_root(values["data"])
+
+    topology = values["topology"]
+    if topology["name"] not in GAN_TOPOLOGIES:
+        raise ConfigError(
+            "topology",
+            topology["name"],
+            f"{model_name} is a GAN: MMGen trains it with topology=single or topology=ddp "
+            "(it has no FSDP2, tensor-parallel or pipeline-parallel path)",
+        )
+    if topology["data_parallel"] != "ddp":
+        raise ConfigError(
+            "topology.data_parallel",
+            topology["data_parallel"],
+            "ddp (MMGen's MMDistributedDataParallel)",
+        )
+    launcher = values["launcher"]
+    module = launcher_module(launcher["name"])
+    module.validate(launcher)
+    dims = parallel_dims(
+        topology, module.world_size(launcher), Capabilities((1,), 1, "channels"), model_name, 1
+    )
+    device = "cuda" if module.has_cuda(launcher) else "cpu"
+
+    mmgen_compat.import_mmgen()
+    config = build_config(recipe, values["data"], image_root, channels, run_dir, values["seed"])
+    if dims.world_size == 1 and config.get("runner"):
+        # The recipe's dynamic-DDP runner asks the model for a DDP reducer, which a single
+        # process (MMDataParallel) has not: MMGen's single-GPU runs set this flag to False.
+        config.runner.is_dynamic_ddp = False
+    model = build_model(config)
+    parameters = {
+        name: sum(p.numel() for p in getattr(model, name).parameters())
+        for name in ("generator", "discriminator")
+        if getattr(model, name, None) is not None
+    }
+    return GANPlan(
+        choices=dict(choices),
+        run_dir=run_dir,
+        overrides=list(overrides),
+        recipe=recipe,
+        mmgen_config=config,
+        parameters=parameters,
+        dims=dims,
+        engine="mmgen",
+        device=device,
+        backend="nccl" if device == "cuda" else "gloo",
+        launch_command=module.command(launcher, user_overrides(overrides), str(run_dir)),
+        resume=resume,
+        resume_from=resume_from,
+        load_from=load_from,
+        seed=values["seed"],
+        image_root=image_root,
+    )
+
+
+def _checkpoints(values: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """MMGen's three notions: the run's own checkpoints (resume=auto), resume_from (whole
+    training state), load_from (weights only, iteration 0)."""
+    resume = values.get("resume")
+    if resume not in ("auto", None):
+        raise ConfigError(
+            "resume",
+            resume,
+            "auto or null for a GAN; resume from another run's checkpoint with "
+            "resume_from=<.../iter_N.pth>",
+        )
+    found = {}
+    for key in ("resume_from", "load_from"):
+        value = values.get(key)
+        if value is not None and not Path(str(value)).is_file():
+            raise ConfigError(key, value, "null or an existing MMGen checkpoint file (iter_N.pth)")
+        found[key] = None if value is None else str(value)
+    if found["resume_from"] and found["load_from"]:
+        raise ConfigError(
+            "load_from",
+            found["load_from"],
+            f"conflicts with resume_from={found['resume_from']}: resume_from restores the "
+            "whole training state, load_from only weights; set one of them",
+        )
+    return resume, found["resume_from"], found["load_from"]
+
+
+def _check_trainer(trainer: dict[str, Any]) -> None:
+    for key, default in (
+        ("engine", "auto"),
+        ("precision", "fp32"),
+        ("execution_mode", "eager"),
+        ("memopt_level", 0),
+    ):
+        if trainer.get(key) != default:
+            raise ConfigError(
+                f"trainer.{key}",
+                trainer.get(key),
+                f"{default}: GAN runs train with MMGen's train_model in fp32, eager "
+                "(batch and iterations are model.batch_size and model.iters)",
+            )
+    check.integer(trainer["workers"], "trainer.workers", minimum=0)
