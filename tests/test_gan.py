@@ -83,6 +83,19 @@ def test_fsdp2_tp_and_pp_are_rejected_for_gans(topology: str) -> None:
     assert "topology=single or topology=ddp" in str(error.value)
 
 
+def test_slurm_dry_run_plans_the_gan_as_a_one_point_sweep(tmp_path: Path) -> None:
+    result = run_cli(
+        ["model=dcgan", "topology=ddp", "launcher=slurm", "launcher.tasks_per_node=2",
+         "dry_run=json", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    plan = json.loads(result.stdout)
+    assert (plan["engine"], plan["world_size"], plan["launcher"]) == ("mmgen", 2, "slurm")
+    assert any("#SBATCH --ntasks-per-node=2" in line for line in plan["command"])
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_stylegan2_ada_recipe_fails_with_a_clear_message(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as error:
         plan_for(["model=stylegan_ada"])
@@ -298,3 +311,19 @@ def test_main_sized_demo_draws_digits(tmp_path: Path, figures) -> None:
     assert grid.shape == (256, 256)
     # Digit strokes: mostly dark background with bright strokes, as in the data.
     assert 0.05 < (grid > 128).mean() < 0.5
+
+
+@pytest.mark.slow
+def test_sweep_over_recipes_reports_swd_lower_is_better(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    # `++`: the keys exist in GAN models only, and Hydra composes the sweep's base config with
+    # the default (SNN) model before it expands model=dcgan,lsgan.
+    tiny = ["++" + option for option in TINY]
+    result = run_cli(["-m", "model=dcgan,lsgan", *tiny, f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = (sweep / "report.md").read_text()
+    assert "Best swd" in report and "(lower is better)" in report
+    header = next(line for line in report.splitlines() if line.startswith("| point"))
+    assert "| swd | ms_ssim | loss_gen | loss_disc |" in header
+    assert (sweep / "learning_curves.png").stat().st_size > 10_000
+    assert (sweep / "metric_vs_model.png").exists()

@@ -12,11 +12,58 @@ import csv
 import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-METRICS = ("val_accuracy", "val_loss", "train_loss", "images_per_second", "steps")
-OBJECTIVE = "val_accuracy"
+
+@dataclass(frozen=True)
+class Curve:
+    """One learning-curve panel: `y` against `x` from one of a run's JSON-lines logs."""
+
+    log: str
+    x: str
+    y: str
+    xlabel: str
+    title: str
+
+
+@dataclass(frozen=True)
+class Family:
+    """What a report shows for a model family: its columns, objective and curves."""
+
+    metrics: tuple[str, ...]
+    objective: str
+    higher_is_better: bool
+    curves: tuple[Curve, Curve]
+
+    def best(self, values: list[float]) -> float:
+        return max(values) if self.higher_is_better else min(values)
+
+
+SNN = Family(
+    ("val_accuracy", "val_loss", "train_loss", "images_per_second", "steps"),
+    "val_accuracy",
+    True,
+    (
+        Curve("metrics.jsonl", "epoch", "val_accuracy", "epoch", "Validation accuracy"),
+        Curve("steps.jsonl", "step", "loss", "optimizer step", "Training loss"),
+    ),
+)
+GAN = Family(  # MMGen runs: SWD to the data (lower is better), the two networks' losses
+    ("swd", "ms_ssim", "loss_gen", "loss_disc", "images_per_second", "steps"),
+    "swd",
+    False,
+    (
+        Curve("metrics.jsonl", "step", "loss_gen", "iteration", "Generator loss"),
+        Curve("metrics.jsonl", "step", "loss_disc", "iteration", "Discriminator loss"),
+    ),
+)
+
+
+def family(points: list[dict[str, Any]]) -> Family:
+    engines = {p["summary"].get("engine") for p in points}
+    return GAN if engines == {"mmgen"} else SNN
 
 
 def load_points(sweep_dir: Path) -> list[dict[str, Any]]:
@@ -68,7 +115,7 @@ def swept_keys(points: list[dict[str, Any]]) -> list[str]:
     return [k for k in keys if len({p["overrides"].get(k) for p in points}) > 1]
 
 
-def rows(points: list[dict[str, Any]], keys: list[str]) -> list[dict[str, Any]]:
+def rows(points: list[dict[str, Any]], keys: list[str], fam: Family = SNN) -> list[dict[str, Any]]:
     table = []
     for point in points:
         summary = point["summary"]
@@ -76,7 +123,7 @@ def rows(points: list[dict[str, Any]], keys: list[str]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"point": point["point"]}
         row.update({key: point["overrides"].get(key, "") for key in keys})
         row["status"] = summary.get("status", "unknown")
-        row.update({name: metrics.get(name, "") for name in METRICS})
+        row.update({name: metrics.get(name, "") for name in fam.metrics})
         row["wall_time_s"] = summary.get("wall_time_s", "")
         slurm = summary.get("slurm") or {}
         row["slurm_job"] = slurm.get("job_id", "")
@@ -94,28 +141,32 @@ def write_report(sweep_dir: Path) -> dict[str, Any]:
     sweep_dir = Path(sweep_dir)
     points = load_points(sweep_dir)
     keys = swept_keys(points)
-    table = rows(points, keys)
-    columns = ["point", *keys, "status", *METRICS, "wall_time_s", "seed", "error"]
+    fam = family(points)
+    table = rows(points, keys, fam)
+    columns = ["point", *keys, "status", *fam.metrics, "wall_time_s", "seed", "error"]
     if any(row["slurm_job"] for row in table):
         columns += ["slurm_job", "slurm_log"]
     with open(sweep_dir / "report.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(table)
-    scored = [r for r in table if r["status"] == "completed" and _number(r[OBJECTIVE]) is not None]
-    best = max(scored, key=lambda r: r[OBJECTIVE], default=None)
-    worst = min(scored, key=lambda r: r[OBJECTIVE], default=None)
+    objective = fam.objective
+    scored = [r for r in table if r["status"] == "completed" and _number(r[objective]) is not None]
+    sign = 1 if fam.higher_is_better else -1
+    best = max(scored, key=lambda r: sign * r[objective], default=None)
+    worst = min(scored, key=lambda r: sign * r[objective], default=None)
     counts = {
         status: sum(r["status"] == status for r in table)
         for status in sorted({r["status"] for r in table})
     }
     for stale in sweep_dir.glob("metric_vs_*.png"):  # the swept keys may have changed
         stale.unlink(missing_ok=True)  # another job's report writer may have removed it
-    plots = _plots(sweep_dir, points, keys) if points else []
+    plots = _plots(sweep_dir, points, keys, fam) if points else []
     (sweep_dir / "report.md").write_text(
-        _markdown(sweep_dir, columns, table, counts, best, worst, plots), encoding="utf-8"
+        _markdown(sweep_dir, columns, table, counts, best, worst, plots, fam), encoding="utf-8"
     )
     return {
+        "objective": objective,
         "points": len(table),
         "counts": counts,
         "best": best,
@@ -147,7 +198,9 @@ def _markdown(
     best: dict | None,
     worst: dict | None,
     plots: list[str],
+    fam: Family = SNN,
 ) -> str:
+    objective = fam.objective
     lines = [
         f"# Sweep report: {sweep_dir}",
         "",
@@ -156,9 +209,10 @@ def _markdown(
     ]
     if best is not None and worst is not None:
         lines += [
-            f"Best {OBJECTIVE}: {best[OBJECTIVE]:.4f} (point {best['point']}); worst: "
-            f"{worst[OBJECTIVE]:.4f} (point {worst['point']}); margin "
-            f"{best[OBJECTIVE] - worst[OBJECTIVE]:.4f}.",
+            f"Best {objective}: {best[objective]:.4f} (point {best['point']}); worst: "
+            f"{worst[objective]:.4f} (point {worst['point']}); margin "
+            f"{abs(best[objective] - worst[objective]):.4f}"
+            f" ({'higher' if fam.higher_is_better else 'lower'} is better).",
             "",
         ]
     lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -179,7 +233,9 @@ def _label(point: dict[str, Any], keys: list[str]) -> str:
     return f"{point['point']}: {label}" if label and len(label) <= 48 else f"point {point['point']}"
 
 
-def _plots(sweep_dir: Path, points: list[dict[str, Any]], keys: list[str]) -> list[str]:
+def _plots(
+    sweep_dir: Path, points: list[dict[str, Any]], keys: list[str], fam: Family
+) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -191,7 +247,7 @@ def _plots(sweep_dir: Path, points: list[dict[str, Any]], keys: list[str]) -> li
     for key in keys if len(points) > 1 else []:  # a value vs. metric needs two points
         groups: dict[str, list[float]] = {}
         for point in done:
-            metric = _number((point["summary"].get("metrics") or {}).get(OBJECTIVE))
+            metric = _number((point["summary"].get("metrics") or {}).get(fam.objective))
             if metric is not None:
                 groups.setdefault(point["overrides"].get(key, ""), []).append(metric)
         figure, axis = plt.subplots(figsize=(6.4, 4.2), dpi=110)
@@ -202,7 +258,7 @@ def _plots(sweep_dir: Path, points: list[dict[str, Any]], keys: list[str]) -> li
                 axis.scatter([x] * len(groups[value]), groups[value], color="tab:blue", alpha=0.5)
             axis.plot(
                 xs,
-                [max(groups[v]) for v in values],
+                [fam.best(groups[v]) for v in values],
                 marker="o",
                 color="tab:blue",
                 label="best at this value",
@@ -213,7 +269,7 @@ def _plots(sweep_dir: Path, points: list[dict[str, Any]], keys: list[str]) -> li
             values = list(groups)
             axis.bar(
                 range(len(values)),
-                [max(groups[v]) for v in values],
+                [fam.best(groups[v]) for v in values],
                 alpha=0.35,
                 label="best at this value",
             )
@@ -225,34 +281,28 @@ def _plots(sweep_dir: Path, points: list[dict[str, Any]], keys: list[str]) -> li
         if groups:
             axis.legend(fontsize=8)
         axis.set_xlabel(key)
-        axis.set_ylabel(OBJECTIVE)
+        axis.set_ylabel(fam.objective)
         count = sum(len(g) for g in groups.values())
-        axis.set_title(f"{OBJECTIVE} vs {key} ({count} completed points)")
+        axis.set_title(f"{fam.objective} vs {key} ({count} completed points)")
         axis.grid(alpha=0.3)
         figure.tight_layout()
         written.append(f"metric_vs_{_filename(key)}.png")
         figure.savefig(sweep_dir / written[-1])
         plt.close(figure)
 
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
-    for point in points:
-        label = _label(point, keys)
-        epochs = _jsonl(point["run_dir"] / "metrics.jsonl")
-        if epochs:
-            left.plot(
-                [r["epoch"] for r in epochs],
-                [r.get("val_accuracy") for r in epochs],
-                marker="o",
-                label=label,
-            )
-        steps = _jsonl(point["run_dir"] / "steps.jsonl")
-        if steps:
-            right.plot([r["step"] for r in steps], [r.get("loss") for r in steps], label=label)
-    left.set(xlabel="epoch", ylabel="validation accuracy", title="Validation accuracy")
-    for axis in (left, right):
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
+    for axis, curve in zip(axes, fam.curves, strict=True):
+        for point in points:
+            records = [r for r in _jsonl(point["run_dir"] / curve.log) if curve.y in r]
+            if records:
+                axis.plot(
+                    [r[curve.x] for r in records],
+                    [r[curve.y] for r in records],
+                    marker="o" if len(records) <= 20 else None,
+                    label=_label(point, keys),
+                )
+        axis.set(xlabel=curve.xlabel, ylabel=curve.title.lower(), title=curve.title)
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-    right.set(xlabel="optimizer step", ylabel="training loss", title="Training loss")
-    for axis in (left, right):
         axis.grid(alpha=0.3)
         if axis.get_legend_handles_labels()[0]:
             axis.legend(fontsize=8)
@@ -279,8 +329,9 @@ def format_outcome(sweep_dir: Path, outcome: dict[str, Any]) -> str:
         f"{sweep_dir / 'report.md'}"
     ]
     if outcome["best"] is not None:
+        objective = outcome["objective"]
         lines.append(
-            f"  best {OBJECTIVE} {outcome['best'][OBJECTIVE]:.4f} at point "
+            f"  best {objective} {outcome['best'][objective]:.4f} at point "
             f"{outcome['best']['point']}"
         )
     for row in outcome["rows"]:
