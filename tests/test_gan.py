@@ -182,6 +182,15 @@ def test_few_iterations_write_checkpoints_samples_and_change_the_generator(
     assert any(not torch.equal(first[key], last[key]) for key in first)
 
 
+@pytest.mark.slow
+def test_imagefolder_colour_images_train(tmp_path: Path, imagefolder: Path) -> None:
+    run_dir = tmp_path / "run"
+    _run(["model=lsgan", "data=imagefolder", f"data.root={imagefolder}", *TINY], run_dir)
+    assert _summary(run_dir)["metrics"]["eval_images"] == 40  # all 40 training images
+    grid = Image.open(run_dir / "training_samples" / "final.png")
+    assert grid.mode == "RGB" and grid.size == (128, 128)
+
+
 def _generator_parameters(path: Path) -> dict[str, torch.Tensor]:
     state = torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
     return {  # parameters, not BatchNorm's statistics (they move even at lr 0)
