@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -135,6 +136,17 @@ def test_conflicting_or_bad_gan_settings_are_config_errors(
     with pytest.raises(ConfigError) as error:
         plan_for(["model=dcgan", *overrides])
     assert error.value.key == key
+
+
+def test_without_mmgen_a_gan_model_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An SNN-only install (no `make setup-gan`): importlib finds no mmgen."""
+    monkeypatch.setitem(sys.modules, "mmgen", None)
+    with pytest.raises(ConfigError) as error:
+        plan_for(["model=dcgan"])
+    assert error.value.key == "model"
+    assert "make setup-gan" in str(error.value)
 
 
 def test_snn_runs_reject_mmgens_checkpoint_keys(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from experiments.data.image_files import gan_image_root
 from experiments.errors import ConfigError
 from experiments.launchers import launcher_module
 from experiments.models import Capabilities
-from experiments.models.gan import GANRecipe, build_config, build_model
+from experiments.models.gan import GANRecipe, build_config, build_model, configs_root
 from experiments.topology import ParallelDims, parallel_dims
 
 GAN_TOPOLOGIES = ("single", "ddp")
@@ -145,6 +145,7 @@ def build_gan_plan(
     )
     device = "cuda" if module.has_cuda(launcher) else "cpu"
 
+    configs_root(model_name)  # MMGen is installed, else the message says how to install it
     mmgen_compat.import_mmgen()
     config = build_config(recipe, values["data"], image_root, channels, run_dir, values["seed"])
     if dims.world_size == 1 and config.get("runner"):

@@ -108,7 +108,7 @@ def flatten(options: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def configs_root() -> Path:
+def configs_root(model_name: str = "gan") -> Path:
     """MMGen's bundled recipes (installed with the package, like `mim` would fetch them)."""
     import importlib.util
 
@@ -116,7 +116,7 @@ def configs_root() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ConfigError(
             "model",
-            "gan",
+            model_name,
             "GAN models need MMGeneration, which is not installed: run "
             "scripts/gan/install_gan.sh .venv (or `make setup-gan`)",
         )
