@@ -44,7 +44,7 @@ def main() -> None:
             repeats=1 if args.quick else 3,
         ),
         *startup.measure(repeats=1 if args.quick else 5),
-        *topology_cost.measure(steps=6 if args.quick else 30),
+        *topology_cost.measure(steps=6 if args.quick else 30, profile_steps=2 if args.quick else 5),
     ]
     header = (
         f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()}, "

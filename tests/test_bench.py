@@ -27,7 +27,11 @@ def test_benchmarks_run_and_write_their_table(tmp_path: Path) -> None:
     measures = {row["measure"] for row in results["rows"]}
     assert "step time ratio (ours / hand-written)" in measures
     assert "dry run (sew_resnet18) / vision import" in measures
-    assert {f"{t}: images/s" for t in ("single", "ddp", "fsdp2", "channel_tp", "pp")} <= measures
+    topologies = ("single", "ddp", "fsdp2", "channel_tp", "pp")
+    assert {f"{t}: images/s" for t in topologies} <= measures
+    split = [r["notes"] for r in results["rows"] if r["measure"].endswith(": images/s")]
+    assert len(split) == 5 and all("collectives" in notes for notes in split)
+    assert "rank 1:" in split[1] and "rank 1:" not in split[0]  # 2 ranks vs 1
     gan = [
         r for r in results["rows"] if r["measure"] == "step time ratio (ours / MMGen train_model)"
     ]

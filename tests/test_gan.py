@@ -121,6 +121,7 @@ def test_stylegan2_ada_recipe_fails_with_a_clear_message(tmp_path: Path) -> None
             "topology.data_parallel",
         ),
         (["trainer.precision=bf16"], "trainer.precision"),
+        (["trainer.profile_steps=3"], "trainer.profile_steps"),
         (["model.scale=48"], "model.scale"),
         (["model.recipe=dcgan/no_such_recipe.py"], "model.recipe"),
         (["+model.cfg_options.model.generator.no_such_argument=1"], "model.cfg_options"),

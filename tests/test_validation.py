@@ -30,6 +30,12 @@ INVALID = [
     (["trainer.execution_mode=cuda_graph"], "trainer.execution_mode", "needs CUDA"),
     (["trainer.memopt_level=2"], "trainer.memopt_level", "needs CUDA"),
     (["trainer.memopt_level=9"], "trainer.memopt_level", "from 0 to 4"),
+    (["trainer.profile_steps=-1"], "trainer.profile_steps", ">= 0"),
+    (
+        ["launcher=slurm", "launcher.gpus_per_node=1", "trainer.profile_steps=5"],
+        "trainer.profile_steps",
+        "trainer.engine=cpu",
+    ),
     (["trainer.scheduler=torch.optim.AdamW"], "trainer.scheduler", "lr_scheduler"),
     (["optimizer.lr=0"], "optimizer.lr", "> 0"),
     (["optimizer.lr=-1e-3"], "optimizer.lr", "> 0"),

@@ -231,6 +231,7 @@ def _trainer(trainer: dict[str, Any]) -> dict[str, Any]:
     check.integer(trainer["checkpoint_interval"], "trainer.checkpoint_interval", minimum=0)
     check.integer(trainer["keep_checkpoints"], "trainer.keep_checkpoints", minimum=1)
     check.integer(trainer["log_every_n_steps"], "trainer.log_every_n_steps", minimum=1)
+    check.integer(trainer["profile_steps"], "trainer.profile_steps", minimum=0)
     check.choice(trainer["engine"], "trainer.engine", ENGINES)
     check.choice(trainer["precision"], "trainer.precision", PRECISIONS)
     check.choice(trainer["execution_mode"], "trainer.execution_mode", EXECUTION_MODES)
@@ -364,6 +365,13 @@ def _engine(trainer: dict[str, Any], has_cuda: bool, launcher: str) -> str:
                     "needs CUDA (SpikingJelly's "
                     f"train_classification); the CPU engine runs {key}={default}",
                 )
+    elif trainer["profile_steps"]:
+        raise ConfigError(
+            "trainer.profile_steps",
+            trainer["profile_steps"],
+            "0: SpikingJelly's train_classification has no profiler hook; profiling is "
+            "for trainer.engine=cpu",
+        )
     return engine
 
 

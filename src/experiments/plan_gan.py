@@ -211,6 +211,7 @@ def _check_trainer(trainer: dict[str, Any]) -> None:
         ("precision", "fp32"),
         ("execution_mode", "eager"),
         ("memopt_level", 0),
+        ("profile_steps", 0),
     ):
         if trainer.get(key) != default:
             raise ConfigError(

@@ -223,8 +223,23 @@ def _report(plan: RunPlan, summary: dict[str, Any]) -> None:
         f"  val_loss      {metrics['val_loss']:.4f}\n"
         f"  train_loss    {metrics['train_loss']:.4f} (last step)\n"
         f"  images/s      {metrics['images_per_second']:.1f}\n"
-        f"  run directory {plan.run_dir.resolve()}\n"
+        + _profile_line(metrics)
+        + f"  run directory {plan.run_dir.resolve()}\n"
         f"  tensorboard   tensorboard --logdir {plan.run_dir.resolve()}"
+    )
+
+
+def _profile_line(metrics: dict[str, Any]) -> str:
+    if "profile_step_ms_per_rank" not in metrics:
+        return ""
+    steps, collectives = (
+        metrics["profile_step_ms_per_rank"],
+        metrics["profile_collective_ms_per_rank"],
+    )
+    per_rank = ", ".join(f"{c / s:.0%}" for s, c in zip(steps, collectives, strict=True) if s)
+    return (
+        f"  profile       {max(steps):.0f} ms/step, collectives in flight {per_rank} "
+        f"(per rank; traces in profile/, TensorBoard's PyTorch Profiler tab)\n"
     )
 
 

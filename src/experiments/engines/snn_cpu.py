@@ -41,6 +41,7 @@ from experiments.engines.cpu_parallel import (
     pipeline_schedules,
     wrap_data_parallel,
 )
+from experiments.engines.profiling import StepProfiler, summary_metrics
 from experiments.engines.stop import GracefulStop
 from experiments.plan import CHECKPOINT_DIRNAME, RunPlan
 from experiments.run import checkpoint
@@ -301,6 +302,9 @@ class _Trainer:
             mininterval=1.0 if sys.stderr.isatty() else 15.0,
         )
         self.model.train()
+        profiler = StepProfiler(
+            self.plan.trainer["profile_steps"], self.plan.run_dir, distributed_env.rank()
+        ).start()
         while epoch < config.epochs and step < total_steps:
             self.train_sampler.set_epoch(epoch)
             bar.set_description(f"epoch {epoch + 1}/{config.epochs}")
@@ -314,6 +318,7 @@ class _Trainer:
                 train_seconds += time.perf_counter() - started
                 timed_images += targets.numel() * dims.data_parallel_size
                 step += 1
+                profiler.step()
                 last_loss = loss.item()
                 epoch_loss += last_loss
                 epoch_steps += 1
@@ -362,6 +367,7 @@ class _Trainer:
             if context.is_leader:  # tqdm.write prints even where the bar is disabled
                 bar.write(f"epoch {epoch}: val_accuracy={val_accuracy:.4f} val_loss={val_loss:.4f}")
         bar.close()
+        profiler.stop()
         if math.isnan(val_accuracy):  # resumed at the last step: nothing was evaluated yet
             val_loss, val_accuracy = self._evaluate()
         if step != saved_step:
@@ -374,6 +380,7 @@ class _Trainer:
             "steps": step,
             "global_batch": config.batch_size * dims.data_parallel_size,
             "peak_memory_mb_per_rank": context.gather(peak_memory_mb()),
+            **summary_metrics(context.gather(profiler.digest)),
         }
 
     def _log_step(self, step: int, loss: float, images_per_second: float) -> None:
