@@ -1,7 +1,7 @@
 """Run every benchmark and write the results table (bench/results.md, bench/results.json)
 and the figures section of BENCHMARKS.md.
 
-    .venv/bin/python -m bench.run_all            # full sizes (~7 min on 2 cores)
+    .venv/bin/python -m bench.run_all            # full sizes (7-16 min on 2 cores)
     .venv/bin/python -m bench.run_all --quick    # tiny sizes: checks the scripts run
 """
 
