@@ -26,6 +26,7 @@ from spikingjelly.activation_based.distributed.vision.execution import (
 )
 from spikingjelly.activation_based.precision import PrecisionConfig
 
+from experiments import distributed_env
 from experiments.topology import MESH_DIM_NAMES, ParallelDims
 
 DEVICE = torch.device("cpu")
@@ -50,7 +51,7 @@ class ParallelContext:
             return cls(dims)
         initialized_here = not dist.is_initialized()
         if initialized_here:
-            dist.init_process_group("gloo")
+            distributed_env.init_process_group()
         if dist.get_world_size() != dims.world_size:
             raise RuntimeError(
                 f"the launcher started {dist.get_world_size()} ranks but the plan has "

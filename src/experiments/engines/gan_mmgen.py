@@ -144,7 +144,7 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
     if distributed and not dist.is_initialized():
         if plan.device == "cuda":
             torch.cuda.set_device(distributed_env.local_rank())
-        dist.init_process_group(plan.backend)
+        distributed_env.init_process_group(plan.backend)
     rank = distributed_env.rank()
     if plan.image_root.name == DIGITS_FOLDER:
         ensure_digits_pngs(plan.image_root)  # atomic: ranks may race
