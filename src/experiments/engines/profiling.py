@@ -37,7 +37,6 @@ class StepProfiler:
     def __init__(self, steps: int, run_dir: Path, rank: int) -> None:
         self.steps = steps
         self.digest: dict[str, float] | None = None
-        self._calls = 0  # step() calls so far
         self._profiler: profile | None = None
         if steps <= 0:
             return
@@ -50,7 +49,7 @@ class StepProfiler:
 
         def ready(profiler: profile) -> None:
             # Stopped inside the window: the step in progress is not a training step.
-            recorded = min(steps, self._calls - SKIP_STEPS - WARMUP_STEPS)
+            recorded = min(steps, profiler.step_num - SKIP_STEPS - WARMUP_STEPS)
             if recorded <= 0:
                 return
             self.digest = digest(profiler, recorded)
@@ -71,7 +70,6 @@ class StepProfiler:
     def step(self) -> None:
         """Call once after every training step."""
         if self._profiler is not None:
-            self._calls += 1
             self._profiler.step()
             if self.digest is not None:  # window recorded: stop paying for the profiler
                 self.stop()
