@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import resource
 import shutil
+import socket
 import sys
 import time
 import warnings
@@ -125,6 +127,28 @@ class _Trainer:
         self.check_replicas = bool(plan.trainer.get("check_replicas")) and (
             dims.data_parallel == "ddp" and dims.data_parallel_size > 1
         )
+        # Where each rank ran and what it holds: a user sees the placement, and a test can
+        # tell a real FSDP2/TP/PP shard from a silent fallback to a whole model per rank.
+        recorder.summary["ranks"] = context.gather(self._placement())
+
+    def _placement(self) -> dict[str, Any]:
+        from torch.distributed.tensor import DTensor
+
+        parameters = list(self.model.parameters())
+        sharded = [p for p in parameters if isinstance(p, DTensor)]
+        context = self.context
+        return {
+            "rank": context.rank,
+            "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+            "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
+            "coordinates": {"dp": context.dp_rank, "pp": context.pp_rank, "tp": context.tp_rank},
+            # numel of a DTensor is its global size; to_local() is this rank's shard.
+            "parameters_local": sum(
+                p.to_local().numel() if isinstance(p, DTensor) else p.numel() for p in parameters
+            ),
+            "parameters_global": sum(p.numel() for p in parameters),
+            "dtensor_parameters": len(sharded),
+        }
 
     # --- one step -------------------------------------------------------------------------
 
