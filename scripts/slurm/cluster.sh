@@ -9,9 +9,17 @@
 #   scripts/slurm/cluster.sh status    print "running ..." and exit 0, or "stopped" and exit 1.
 #   scripts/slurm/cluster.sh env       print `export SLURM_CONF=...` for clients (eval "$(... env)").
 #
-# start prints ONE line on stdout: "SLURM-READY: partition=... cpus=... ..." on success, or
-# "SLURM-UNAVAILABLE: <reason>" with exit code 3 if Slurm cannot be started (progress -> stderr).
-# Exit codes: 0 ok, 1 status: not running, 2 usage, 3 Slurm unavailable.
+# start prints ONE line on stdout (progress goes to stderr):
+#   "SLURM-READY: partition=... cpus=... ..."   exit 0: the cluster is up, the node idle.
+#   "SLURM-UNAVAILABLE: <reason>"               exit 3: this machine cannot host Slurm (not root,
+#                                               no apt-get, the packages cannot be installed).
+#                                               The test suite skips (fails under CI=true).
+#   "SLURM-FAILED: <reason>"                    exit 4: Slurm is installed but did not come up
+#                                               (a daemon not starting, the node not idle, a port
+#                                               in use, ...); the last lines of the daemons' logs
+#                                               follow on stderr and whatever was started is
+#                                               stopped.  The test suite fails.
+# Exit codes: 0 ok, 1 status: not running, 2 usage, 3 Slurm unavailable here, 4 start failed.
 #
 # Environment:
 #   SLURM_TEST_DIR            state dir (config, logs, spool, database), wiped on start
@@ -58,10 +66,28 @@ ACCT_PKGS=(mariadb-server slurmdbd)
 
 T_SCRIPT=$(date +%s.%N)
 log() { echo "cluster.sh: [$(elapsed "$T_SCRIPT")s] $*" >&2; }
+# Only for "this machine cannot host Slurm"; anything that goes wrong later is failed().
 unavailable() {
   [ "${STARTED_ANY:-0}" = 1 ] && stop_daemons >/dev/null 2>&1
   echo "SLURM-UNAVAILABLE: $*"
   exit 3
+}
+failed() {
+  log "start failed: $*"
+  dump_logs
+  [ "${STARTED_ANY:-0}" = 1 ] && stop_daemons >/dev/null 2>&1
+  echo "SLURM-FAILED: $*"
+  exit 4
+}
+usage_error() { echo "cluster.sh: $*" >&2; exit 2; }
+# The last lines of every log of this start (daemons, apt, mariadb), on stderr.
+dump_logs() {
+  local f
+  for f in "$STATE"/log/*; do
+    [ -s "$f" ] || continue
+    echo "----- $f (last 15 lines) -----" >&2
+    tail -n 15 "$f" | tr -d '\r' >&2
+  done
 }
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -184,6 +210,12 @@ apt_install() {
   return $rc
 }
 
+# The last error apt-get logged (for the SLURM-UNAVAILABLE reason).
+apt_error() {
+  cat "$STATE/log/apt-update.log" "$STATE/log/apt-install.log" 2>/dev/null \
+    | grep -E '^(E|W):|rror' | tail -n 1 | tr -d '\r'
+}
+
 write_slurm_conf() {  # $1 = yes|no (accounting)
   local acct=""
   [ "$1" = yes ] && acct="AccountingStorageType=accounting_storage/slurmdbd
@@ -276,33 +308,34 @@ cmd_start() {
   local t0 t_inst acct=no
   t0=$(now)
   [ "$(id -u)" = 0 ] || unavailable "must run as root (uid $(id -u))"
-  case $ACCOUNTING in auto|1|0) ;; *) unavailable "SLURM_TEST_ACCOUNTING must be auto, 1 or 0, not '$ACCOUNTING'";; esac
+  case $ACCOUNTING in auto|1|0) ;; *) usage_error "SLURM_TEST_ACCOUNTING must be auto, 1 or 0, not '$ACCOUNTING'";; esac
   if is_running; then
     log "already running, reusing it (use 'restart' for a fresh cluster)"
     echo "SLURM-READY: $(status_line)"
     return 0
   fi
   # Only ever wipe a directory this script created (or an empty/missing one).
-  case $STATE in /?*) ;; *) unavailable "SLURM_TEST_DIR must be an absolute path, not '$STATE'";; esac
+  case $STATE in /?*) ;; *) usage_error "SLURM_TEST_DIR must be an absolute path, not '$STATE'";; esac
   if [ -d "$STATE" ] && [ ! -e "$STATE/.experiments-slurm-test" ] && [ -n "$(ls -A "$STATE" 2>/dev/null)" ]; then
-    unavailable "refusing to wipe $STATE: not empty and not created by this script (set SLURM_TEST_DIR)"
+    failed "refusing to wipe $STATE: not empty and not created by this script (set SLURM_TEST_DIR)"
   fi
   stop_daemons  # whatever is left of an earlier start
   rm -rf "$STATE"
-  mkdir -p "$STATE"/{etc,log,run,munge,spool/ctld,spool/d} || unavailable "cannot create $STATE"
+  mkdir -p "$STATE"/{etc,log,run,munge,spool/ctld,spool/d} || failed "cannot create $STATE"
   touch "$STATE/.experiments-slurm-test"
   chmod 755 "$STATE" "$STATE/munge"  # munged: socket dir must be o+x, not o+w
 
   # Packages.
   t_inst=$(now)
   if ! have_cmds munged slurmctld slurmd sinfo sbatch; then
+    command -v apt-get >/dev/null || unavailable "Slurm is not installed and there is no apt-get to install ${BASE_PKGS[*]}"
     log "installing ${BASE_PKGS[*]}"
-    apt_install "${BASE_PKGS[@]}" || unavailable "installing ${BASE_PKGS[*]} failed (apt-get; see $STATE/log/apt-*.log)"
+    apt_install "${BASE_PKGS[@]}" || unavailable "installing ${BASE_PKGS[*]} failed (apt-get: $(apt_error))"
   fi
   if [ "$ACCOUNTING" != 0 ] && ! have_cmds mariadbd mariadb-install-db slurmdbd sacct; then
     log "installing ${ACCT_PKGS[*]}"
     if ! apt_install "${ACCT_PKGS[@]}"; then
-      [ "$ACCOUNTING" = 1 ] && unavailable "installing ${ACCT_PKGS[*]} failed (SLURM_TEST_ACCOUNTING=1)"
+      [ "$ACCOUNTING" = 1 ] && unavailable "installing ${ACCT_PKGS[*]} failed (SLURM_TEST_ACCOUNTING=1; apt-get: $(apt_error))"
       log "warning: installing ${ACCT_PKGS[*]} failed; continuing without accounting"
       ACCOUNTING=0
     fi
@@ -311,10 +344,10 @@ cmd_start() {
 
   # Node.
   NODE=$(hostname -s 2>/dev/null || hostname)
-  [ -n "$NODE" ] || unavailable "empty hostname"
+  [ -n "$NODE" ] || failed "empty hostname"
   if ! getent hosts "$NODE" >/dev/null; then
     log "adding '127.0.0.1 $NODE' to /etc/hosts"
-    echo "127.0.0.1 $NODE" >>/etc/hosts || unavailable "hostname '$NODE' does not resolve and /etc/hosts is not writable"
+    echo "127.0.0.1 $NODE" >>/etc/hosts || failed "hostname '$NODE' does not resolve and /etc/hosts is not writable"
   fi
   local nproc_; nproc_=$(nproc)
   CPUS=${SLURM_TEST_CPUS:-$((nproc_ > 8 ? nproc_ : 8))}
@@ -324,12 +357,12 @@ cmd_start() {
 
   local p
   for p in "$CTLD_PORT" "$SLURMD_PORT"; do
-    port_busy "$p" && unavailable "port $p on 127.0.0.1 is already in use (another Slurm? set SLURM_TEST_PORT_BASE)"
+    port_busy "$p" && failed "port $p on 127.0.0.1 is already in use (another Slurm? set SLURM_TEST_PORT_BASE)"
   done
   if [ "$ACCOUNTING" != 0 ]; then
     for p in "$DBD_PORT" "$DB_PORT"; do
       port_busy "$p" || continue
-      [ "$ACCOUNTING" = 1 ] && unavailable "port $p on 127.0.0.1 is already in use (another slurmdbd/MariaDB? set SLURM_TEST_PORT_BASE)"
+      [ "$ACCOUNTING" = 1 ] && failed "port $p on 127.0.0.1 is already in use (another slurmdbd/MariaDB? set SLURM_TEST_PORT_BASE)"
       log "warning: port $p is already in use; continuing without accounting"
       ACCOUNTING=0
     done
@@ -345,13 +378,13 @@ cmd_start() {
   spawn munged munged -F --force --socket="$STATE/munge/munge.socket.2" --key-file="$STATE/munge/munge.key" \
     --pid-file="$STATE/run/munged.daemon.pid" --log-file="$STATE/log/munged.log" --seed-file="$STATE/munge/munged.seed"
   wait_for 10 munged munged test -S "$STATE/munge/munge.socket.2" \
-    || unavailable "munged did not start: $(last_error munged)"
+    || failed "munged did not start: $(last_error munged)"
 
   if [ "$ACCOUNTING" != 0 ]; then
     if start_accounting; then
       acct=yes
     else
-      [ "$ACCOUNTING" = 1 ] && unavailable "accounting (MariaDB + slurmdbd) did not start; see $STATE/log/"
+      [ "$ACCOUNTING" = 1 ] && failed "accounting (MariaDB + slurmdbd) did not start; see $STATE/log/"
       log "warning: accounting did not start; continuing without it (sacct will not work)"
       for p in slurmdbd mariadbd; do alive "$(pid_of $p)" && kill_wait "$(pid_of $p)" 10; rm -f "$STATE/run/$p.pid"; done
     fi
@@ -361,15 +394,15 @@ cmd_start() {
   if [ -e "$ETC_CONF" ] && ! grep -qxF "$MARKER" "$ETC_CONF"; then
     log "warning: $ETC_CONF exists and is not ours; left alone. Clients need: export SLURM_CONF=$CONF"
   else
-    mkdir -p /etc/slurm && cp "$CONF" "$ETC_CONF"
+    mkdir -p /etc/slurm && cp "$CONF" "$ETC_CONF" || failed "cannot write $ETC_CONF"
   fi
 
   spawn slurmctld slurmctld -D -i
   wait_for "$START_TIMEOUT" slurmctld slurmctld sh -c "SLURM_CONF='$CONF' scontrol ping | grep -q UP" \
-    || unavailable "slurmctld did not start: $(last_error slurmctld)"
+    || failed "slurmctld did not start: $(last_error slurmctld)"
   spawn slurmd slurmd -D -N "$NODE"
   wait_for "$START_TIMEOUT" slurmd "node $NODE idle" sh -c "SLURM_CONF='$CONF' sinfo -h -n '$NODE' -o %T | grep -qx idle" \
-    || unavailable "node $NODE not idle after ${START_TIMEOUT}s: $(SLURM_CONF=$CONF sinfo -h -o '%T %E' 2>&1 | head -1); $(last_error slurmd)"
+    || failed "node $NODE not idle after ${START_TIMEOUT}s: $(SLURM_CONF=$CONF sinfo -h -o '%T %E' 2>&1 | head -1); $(last_error slurmd)"
   log "started in $(elapsed "$t0") s"
   echo "SLURM-READY: $(status_line)"
 }
