@@ -1,11 +1,20 @@
-"""Shared helpers: compose configs in-process like the app does, and run the installed CLI."""
+"""Shared helpers: compose configs in-process like the app does, and run the installed CLI.
+
+Also what keeps the suite honest and tidy:
+- under CI (CI=true) a test marked slurm, dist or gan that is skipped is reported as FAILED
+  (green must mean tested); the Slurm cluster that cannot start fails there too;
+- every process a test starts dies with it (tests/support/processes.py);
+- caches (the GAN data cache, matplotlib's, anything under XDG_CACHE_HOME) go to a directory
+  of this test session, inherited by every child process and Slurm job, never to ~/.cache.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +25,11 @@ from omegaconf import DictConfig
 
 from experiments.plan import RunPlan, build_plan
 
+from .support import processes
+
 BIN = Path(sys.executable).parent
 CLI = str(BIN / "experiments-train")
+REPO = Path(__file__).resolve().parents[1]
 # Small and fast: a few steps of SEW-ResNet18 at 16x16 take about a second each.
 FAST = [
     "trainer.epochs=1",
@@ -27,6 +39,88 @@ FAST = [
     "data.val_size=64",
     "model.time_steps=2",
 ]
+# pytest-timeout is 600 s a test (pyproject); one command of a test stays well below it.
+DEFAULT_TIMEOUT = 300
+MAX_TIMEOUT = 500
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+# ---------------------------------------------------------------- session environment
+
+_SESSION_ENV = {
+    "EXPERIMENTS_DATA_DIR": "data",  # src/experiments/data/image_files.py
+    "XDG_CACHE_HOME": "cache",  # torch, yapf (mmcv), matplotlib's fallback, ...
+    "MPLCONFIGDIR": "matplotlib",  # matplotlib's font cache and config dir
+}
+_saved_env: dict[str, str | None] = {}
+_session_dir: Path | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before collection (importing the report module builds matplotlib's font cache): every
+    cache of this session, and of every process it starts, lives in one temporary folder."""
+    global _session_dir
+    _session_dir = Path(tempfile.mkdtemp(prefix="experiments-tests-"))
+    for name, folder in _SESSION_ENV.items():
+        _saved_env[name] = os.environ.get(name)
+        os.environ[name] = str(_session_dir / folder)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for name, value in _saved_env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if _session_dir is not None:
+        shutil.rmtree(_session_dir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- green must mean tested
+
+MUST_RUN_UNDER_CI = ("slurm", "dist", "gan")
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # (path, line, "Skipped: reason")
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Under CI=true a skipped slurm/dist/gan test is a failure naming the skip reason: CI
+    exists to run them, and a skip there would make green mean "not tested"."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if not report.skipped or hasattr(report, "wasxfail") or not in_ci():
+        return
+    marks = [name for name in MUST_RUN_UNDER_CI if item.get_closest_marker(name)]
+    if marks:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"skipped under CI=true, but tests marked {'/'.join(marks)} must run in CI: "
+            f"{_skip_reason(report)}"
+        )
+
+
+# ---------------------------------------------------------------- processes
+
+
+@pytest.fixture(autouse=True)
+def _processes_die_with_their_test():
+    """Whatever a test started (spawned children, their workers, Slurm job processes that
+    inherited the tag) is killed when the test ends, pass or fail."""
+    yield
+    processes.kill_spawned_and_leftovers()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    processes.kill_spawned_and_leftovers()
 
 
 def compose_run(overrides: list[str]) -> DictConfig:
@@ -48,16 +142,22 @@ class Result:
     stderr: str
 
 
-def run_cli(args: list[str], cwd: Path, timeout: float = 600, env: dict | None = None) -> Result:
-    """The installed console script, as a user runs it."""
-    environment = {
+def cli_env(env: dict | None = None) -> dict[str, str]:
+    """The environment a user's shell would give the console script (bin dir on PATH)."""
+    return {
         **os.environ,
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         **(env or {}),
     }
-    proc = subprocess.run(
-        [CLI, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=environment
-    )
+
+
+def run_cli(
+    args: list[str], cwd: Path, timeout: float = DEFAULT_TIMEOUT, env: dict | None = None
+) -> Result:
+    """The installed console script, as a user runs it: in a session of its own; on timeout
+    it and everything it started (torchrun workers, sweep points) are killed and the test
+    fails. Timeouts above MAX_TIMEOUT are lowered to it (below pytest-timeout's 600 s)."""
+    proc = processes.run([CLI, *args], cwd=cwd, timeout=min(timeout, MAX_TIMEOUT), env=cli_env(env))
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -65,22 +165,43 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-@pytest.fixture
-def imagefolder(tmp_path: Path) -> Path:
-    """A tiny ImageNet-style folder of real PNG files (digits images written to disk)."""
+# ---------------------------------------------------------------- data
+
+
+def _snapshot(root: Path) -> list[tuple[str, int, int]]:
+    return sorted(
+        (str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
+    )
+
+
+@pytest.fixture(scope="session")
+def imagefolder_session(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny ImageNet-style folder of real PNG files (digits images written to disk):
+    root/{train,val}/<digit>/<index>.png, 40 images a split, 32x32 RGB. Built once per test
+    run and shared, so it is read-only: a test that changes it fails at the end of the session."""
     from PIL import Image
     from sklearn.datasets import load_digits
 
     digits = load_digits()
-    root = tmp_path / "imagefolder"
+    root = tmp_path_factory.mktemp("imagefolder")
     for split, offset in (("train", 0), ("val", 200)):
         for index in range(offset, offset + 40):
             folder = root / split / str(digits.target[index])
             folder.mkdir(parents=True, exist_ok=True)
             pixels = (digits.images[index] * 15).astype("uint8")
             Image.fromarray(pixels).convert("RGB").resize((32, 32)).save(folder / f"{index}.png")
-    return root
+    before = _snapshot(root)
+    yield root
+    assert _snapshot(root) == before, f"a test changed the shared image folder {root}"
 
+
+@pytest.fixture
+def imagefolder(imagefolder_session: Path) -> Path:
+    """The session's image folder (see imagefolder_session); read-only."""
+    return imagefolder_session
+
+
+# ---------------------------------------------------------------- figures
 
 _FIGURES: list[str] = []
 
@@ -103,20 +224,35 @@ def pytest_terminal_summary(terminalreporter) -> None:
             terminalreporter.write_line(line)
 
 
-REPO = Path(__file__).resolve().parents[1]
+# ---------------------------------------------------------------- Slurm
+
+CLUSTER_SH = REPO / "scripts" / "slurm" / "cluster.sh"
 
 
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """A real single-node Slurm cluster (munge, slurmctld, slurmd, slurmdbd), started by the
-    repo's script and stopped after the session. Skipped only when the script says Slurm
-    cannot start here; its one-line reason is the skip reason."""
-    script = REPO / "scripts" / "slurm" / "cluster.sh"
-    proc = subprocess.run(
-        ["bash", str(script), "start"], capture_output=True, text=True, timeout=900
-    )
-    if proc.returncode == 3:
-        pytest.skip((proc.stdout.strip() or proc.stderr.strip()).splitlines()[-1])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    yield proc.stdout.strip()
-    subprocess.run(["bash", str(script), "stop"], capture_output=True, text=True, timeout=300)
+    repo's script and stopped after the session: always, even when a test failed or the start
+    itself failed half-way. cluster.sh exits 3 only when this machine cannot host Slurm (not
+    root, no apt-get, packages not installable): a skip with its reason, but a failure under
+    CI=true. Any other failure (daemons not starting, node not idle, ...) fails the tests
+    with the script's last log lines."""
+    try:
+        # Untagged: the daemons must outlive the script (they are stopped below).
+        proc = processes.run(["bash", str(CLUSTER_SH), "start"], timeout=480, tagged=False)
+        said = (proc.stdout.strip().splitlines() or [""])[-1]
+        if proc.returncode == 3:
+            reason = said or (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            if in_ci():
+                pytest.fail(f"CI=true needs the Slurm tests, but {reason}", pytrace=False)
+            pytest.skip(reason)
+        if proc.returncode != 0:
+            log = "\n".join(proc.stderr.strip().splitlines()[-150:])
+            pytest.fail(
+                f"scripts/slurm/cluster.sh start failed (exit {proc.returncode}): {said}\n"
+                f"--- its last log lines ---\n{log}",
+                pytrace=False,
+            )
+        yield said
+    finally:
+        processes.run(["bash", str(CLUSTER_SH), "stop"], timeout=180, tagged=False)

@@ -21,8 +21,16 @@ GAN_DATA = ("digits", "imagefolder")
 
 
 def data_dir() -> Path:
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "experiments"
-    return Path(os.environ.get(DATA_DIR_ENV, default / "data"))
+    """$EXPERIMENTS_DATA_DIR, else $XDG_CACHE_HOME/experiments/data, else
+    ~/.cache/experiments/data (an empty or relative XDG_CACHE_HOME is ignored, as the XDG
+    spec says). The test suite points both variables at a folder of its own session."""
+    explicit = os.environ.get(DATA_DIR_ENV)
+    if explicit:
+        return Path(explicit)
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(cache):
+        cache = str(Path.home() / ".cache")
+    return Path(cache) / "experiments" / "data"
 
 
 def gan_image_root(data: dict[str, Any]) -> tuple[Path, int]:
