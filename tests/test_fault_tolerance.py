@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import BIN, CLI, read_jsonl, run_cli
+from .conftest import CLI, REPO, Result, cli_env, read_jsonl, run_cli
+from .support import processes
 
 pytestmark = pytest.mark.slow
 
@@ -42,22 +43,23 @@ def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
-def train(run_dir: Path, args: list[str], **kwargs) -> subprocess.CompletedProcess | None:
+def train(run_dir: Path, args: list[str], **kwargs) -> Result:
     result = run_cli([*BASE, *args, f"hydra.run.dir={run_dir}"], cwd=run_dir.parent, **kwargs)
     assert result.returncode == 0, result.stderr[-4000:]
     return result
 
 
 def start(run_dir: Path, args: list[str]) -> subprocess.Popen:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-    return subprocess.Popen(
-        [CLI, *BASE, *args, f"hydra.run.dir={run_dir}"],
-        cwd=run_dir.parent,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    """The run in the background (killed with its workers when the test ends); its stderr
+    goes to <run_dir>.stderr, a file, so a chatty run never blocks on a full pipe."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(run_dir.parent / f"{run_dir.name}.stderr", "w") as stderr:
+        return processes.spawn(
+            [CLI, *BASE, *args, f"hydra.run.dir={run_dir}"],
+            cwd=run_dir.parent,
+            env=cli_env(),
+            stderr=stderr,
+        )
 
 
 def wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: float = 300) -> None:
@@ -66,9 +68,11 @@ def wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: flo
         path = run_dir / "steps.jsonl"
         if path.exists() and any(r["step"] >= step for r in read_jsonl(path)):
             return
-        assert proc.poll() is None, f"run ended before step {step}: {proc.stderr.read()[-3000:]}"
+        if proc.poll() is not None:
+            stderr = (run_dir.parent / f"{run_dir.name}.stderr").read_text()
+            pytest.fail(f"run ended before step {step}: {stderr[-3000:]}")
         time.sleep(0.05)
-    raise TimeoutError(f"step {step} not reached")
+    pytest.fail(f"step {step} not reached in {timeout} s")
 
 
 def kill_at_step(run_dir: Path, step: int) -> None:
@@ -136,8 +140,8 @@ def test_sigkill_of_one_rank_is_survived_through_torchrun_restarts(
     proc = start(run_dir, [*DDP, "launcher.max_restarts=1"])
     wait_for_step(run_dir, 6, proc)
     os.kill(worker_pid(run_dir, rank=1), signal.SIGKILL)
-    _, stderr = proc.communicate(timeout=600)
-    assert proc.returncode == 0, stderr[-4000:]
+    proc.wait(timeout=400)
+    assert proc.returncode == 0, (tmp_path / "run.stderr").read_text()[-4000:]
     record = summary(run_dir)
     assert (record["status"], record["metrics"]["steps"]) == ("completed", 12)
     assert (record["resumes"], record["restarts"]) == (1, 1)
@@ -177,12 +181,17 @@ def test_crash_while_saving_leaves_the_previous_checkpoint_as_latest(
     tmp_path: Path, reference: dict[str, list[float]]
 ) -> None:
     run_dir = tmp_path / "run"
+    # The crash is injected by a test-only sitecustomize (tests/support/site), not by the package.
+    site = str(REPO / "tests" / "support" / "site")
     crashed = run_cli(
         [*BASE, f"hydra.run.dir={run_dir}"],
         cwd=tmp_path,
-        env={"EXPERIMENTS_FAULT_KILL_DURING_SAVE": "8"},
+        env={
+            "PYTHONPATH": os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")])),
+            "EXPERIMENTS_TEST_KILL_DURING_SAVE": "8",
+        },
     )
-    assert crashed.returncode == -signal.SIGKILL
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     checkpoints = run_dir / "checkpoints"
     assert (checkpoints / ".step_00000008.partial" / "pp_0000_tp_0000.pt").exists()
     assert sorted(p.name for p in checkpoints.iterdir() if not p.name.startswith(".")) == [

@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,16 +23,6 @@ from experiments.run.record import write_json_atomic
 log = logging.getLogger(__name__)
 META = "meta.json"
 PREFIX = "step_"
-
-
-# Fault injection for the test suite: SIGKILL this process after its shard of step N is on
-# disk but before the checkpoint is sealed, i.e. a crash in the middle of a save.
-FAULT_ENV = "EXPERIMENTS_FAULT_KILL_DURING_SAVE"
-
-
-def _inject_fault(step: int) -> None:
-    if os.environ.get(FAULT_ENV) == str(step):
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class CheckpointError(RuntimeError):
@@ -81,7 +70,6 @@ def save(
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, partial / shard)
-        _inject_fault(step)
     barrier()
     if is_leader:
         write_json_atomic(partial / META, {**meta, "step": step})
