@@ -2,7 +2,7 @@
 # GANs need MMGeneration on mmcv-full, a 20-30 minute build the first time (the wheel is then
 # cached in ~/.cache/experiments/wheels): `make setup-gan`. SNN-only users never wait for it;
 # `make test` installs everything because the suite covers both families.
-.PHONY: setup setup-gan train test lint bench
+.PHONY: setup setup-gan train test check lint bench
 
 setup:
 	./scripts/setup.sh
@@ -14,7 +14,12 @@ train: setup
 	.venv/bin/experiments-train $(ARGS)
 
 test: setup-gan
-	.venv/bin/python -m pytest $(PYTEST_ARGS)
+	.venv/bin/python -m pytest --durations=20 $(PYTEST_ARGS)
+
+# The inner loop (<= 3 min): config validation, the whole config matrix, one tiny real run per
+# family (tests marked `smoke`). CI still runs `make test`.
+check: setup-gan
+	.venv/bin/python -m pytest -m "not slow or smoke" --durations=10 $(PYTEST_ARGS)
 
 lint: setup
 	.venv/bin/ruff check src tests bench && .venv/bin/ruff format --check src tests bench
