@@ -19,16 +19,18 @@ def _log_name(job_name: str) -> str:
 
 def _sweep_id() -> str:
     """Name of a sweep's directory, derived from its command line: re-running the same sweep
-    finds its earlier points (completed ones are skipped, interrupted ones resume)."""
+    finds its earlier points (completed ones are skipped, interrupted ones resume). The order
+    of the overrides and `dry_run` do not count: a dry run previews the real run's directory."""
     import hashlib
     import re
     import sys
 
-    words = [
+    words = sorted(
         a
         for a in sys.argv[1:]
-        if a not in ("-m", "--multirun") and not a.startswith(("hydra.sweep.", "hydra/launcher"))
-    ]
+        if a not in ("-m", "--multirun")
+        and not a.startswith(("hydra.sweep.", "hydra/launcher", "dry_run="))
+    )
     digest = hashlib.sha1("\0".join(words).encode()).hexdigest()[:8]
     # Only characters that need no quoting in a path or in a Hydra override.
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", "_".join(words))[:60].strip("_")

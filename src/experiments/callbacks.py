@@ -6,9 +6,11 @@ Validating here means a bad config, or a dry run, leaves no directory behind.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,51 @@ def print_config_error(error: ConfigError) -> None:
     print(f"error: {error}", file=sys.stderr)
 
 
+def _refuse_on_failure(hook: Callable[..., None]) -> Callable[..., None]:
+    """Hydra turns an exception raised in a callback into a warning and goes on to launch.
+    Validation and dry runs must never fall through to a run: a ConfigError is its one-line
+    message, anything else one line naming the failure, and the process ends with exit 2.
+    A dry run whose stdout was closed (`| head`, a pager) ends quietly with exit 0."""
+
+    @functools.wraps(hook)
+    def checked(*args: Any, **kwargs: Any) -> None:
+        try:
+            hook(*args, **kwargs)
+        except BrokenPipeError:
+            _quiet_exit()
+        except ConfigError as error:
+            print_config_error(error)
+            sys.exit(ConfigError.exit_code)
+        except Exception as error:
+            print(
+                f"error: the config could not be checked ({type(error).__name__}: "
+                f"{_first_line(error)}); nothing was started or written",
+                file=sys.stderr,
+            )
+            sys.exit(ConfigError.exit_code)
+
+    return checked
+
+
+def _quiet_exit() -> None:
+    """stdout is gone: point it at /dev/null so the interpreter's final flush cannot fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(0)
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _print(text: str) -> None:
+    """Print and flush now, so a closed stdout is noticed here (and handled) rather than at
+    the interpreter's exit."""
+    print(text)
+    sys.stdout.flush()
+
+
 def sweep_points(config: DictConfig) -> list[list[str]] | None:
     """The override lists of every point of a basic-sweeper sweep, expanded as the sweeper
     will expand them; None for other sweepers (they choose points while they run)."""
@@ -44,6 +91,31 @@ def sweep_points(config: DictConfig) -> list[list[str]] | None:
     params = [f"{key}={value}" for key, value in (sweeper.get("params") or {}).items()]
     parsed = OverridesParser.create().parse_overrides([*params, *config.hydra.overrides.task])
     return [point for batch in BasicSweeper.split_arguments(parsed, None) for point in batch]
+
+
+def _fixed_overrides(overrides: list[str]) -> list[str]:
+    """The overrides that are not sweeps (`a,b`, `range()`, `interval()`, `choice()`), for
+    showing the base plan of a search whose points are chosen while it runs."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return [o.input_line for o in parsed if not o.is_sweep_override()]
+
+
+def _verdict_lines(points: list[list[str]], plans: list[Any]) -> str:
+    """One line per point: the values that differ between points, and plans/refused."""
+    keys: dict[str, set[str]] = {}
+    for overrides in points:
+        for override in overrides:
+            key, _, value = override.partition("=")
+            keys.setdefault(key, set()).add(value)
+    swept = [key for key, values in keys.items() if len(values) > 1]
+    lines = [f"sweep of {len(points)} points (swept: {', '.join(swept) or 'nothing'}):"]
+    for number, (overrides, plan) in enumerate(zip(points, plans, strict=True)):
+        shown = [o for o in overrides if o.partition("=")[0] in swept]
+        verdict = "plans" if plan is not None else "REFUSED (see below)"
+        lines.append(f"  point {number}: {' '.join(shown) or '(base config)'}  -> {verdict}")
+    return "\n".join(lines)
 
 
 class ExperimentsCallback(Callback):
@@ -72,6 +144,7 @@ class ExperimentsCallback(Callback):
         if outcome["failed"]:
             sys.exit(1)
 
+    @_refuse_on_failure
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Check every point of the sweep before the first one starts or is queued."""
         global composed
@@ -87,47 +160,56 @@ class ExperimentsCallback(Callback):
         points = sweep_points(config)
         if points is None:  # e.g. Optuna: it picks points while it runs
             if config.dry_run:
-                print(
+                _print(
                     "dry run: this sweeper chooses its points while it runs; the plan "
                     "of the base config follows (each trial overrides its parameters)."
                 )
-                cfg = compose(
-                    config.hydra.job.config_name,
-                    list(config.hydra.overrides.task),
-                    return_hydra_config=True,
-                )
+                fixed = _fixed_overrides(list(config.hydra.overrides.task))
+                cfg = compose(config.hydra.job.config_name, fixed, return_hydra_config=True)
                 run_dir = Path(config.hydra.sweep.dir).absolute() / "0"
                 plan = build_plan(cfg, run_dir, [], dict(cfg.hydra.runtime.choices))
-                print(
+                _print(
                     json.dumps(plan.as_dict(), indent=2)
                     if config.dry_run == "json"
                     else plan.as_text()
                 )
                 sys.exit(0)
             return
-        plans = []
+        swept = "-m" in sys.argv or "--multirun" in sys.argv or len(points) > 1
+        plans: list[Any] = []
+        refusals: list[tuple[int, str]] = []
         for number, overrides in enumerate(points):
             run_dir = Path(config.hydra.sweep.dir).absolute() / str(number)
             try:
                 cfg = compose(config.hydra.job.config_name, overrides, return_hydra_config=True)
                 plans.append(build_plan(cfg, run_dir, overrides, dict(cfg.hydra.runtime.choices)))
             except ConfigError as error:
-                print(
-                    f"error: sweep point {number} ({' '.join(overrides)}): {error}", file=sys.stderr
-                )
-                sys.exit(ConfigError.exit_code)
+                plans.append(None)
+                refusals.append((number, str(error)))
+            except Exception as error:  # e.g. an unknown key in one point's overrides
+                plans.append(None)
+                refusals.append((number, f"{type(error).__name__}: {_first_line(error)}"))
+        if config.dry_run and swept and config.dry_run != "json":
+            _print(_verdict_lines(points, plans))
+        for number, message in refusals:
+            shown = " ".join(o for o in points[number] if not o.startswith("dry_run="))
+            where = f"sweep point {number} ({shown}): " if swept else ""
+            print(f"error: {where}{message}", file=sys.stderr)
+        if refusals:
+            sys.exit(ConfigError.exit_code)
         if config.dry_run == "json":
             # A plain command (launcher=slurm runs as a one-point sweep) prints one plan.
-            swept = "-m" in sys.argv or "--multirun" in sys.argv or len(plans) > 1
             output = [plan.as_dict() for plan in plans] if swept else plans[0].as_dict()
-            print(json.dumps(output, indent=2))
+            _print(json.dumps(output, indent=2))
             sys.exit(0)
         if config.dry_run:
             for number, plan in enumerate(plans):
-                print(f"--- sweep point {number}: {' '.join(points[number])}")
-                print(plan.as_text())
+                if swept:
+                    _print(f"--- sweep point {number}: {' '.join(points[number])}")
+                _print(plan.as_text())
             sys.exit(0)
 
+    @_refuse_on_failure
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         global composed, planned
         composed = True
@@ -151,8 +233,8 @@ class ExperimentsCallback(Callback):
         if config.dry_run == "json":
             import json
 
-            print(json.dumps(plan.as_dict(), indent=2))
+            _print(json.dumps(plan.as_dict(), indent=2))
             sys.exit(0)
         if config.dry_run:
-            print(plan.as_text())
+            _print(plan.as_text())
             sys.exit(0)

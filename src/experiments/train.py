@@ -43,6 +43,15 @@ log = logging.getLogger("experiments.train")
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def app(cfg: DictConfig) -> float | None:
     hydra_cfg = HydraConfig.get()
+    if cfg.get("dry_run"):
+        # The callback answers a dry run and exits before Hydra makes a directory. Reaching
+        # the run path with dry_run set means that did not happen: never train, submit or
+        # record here (torchrun ranks, sweep children and Slurm jobs all pass through here).
+        print(
+            "error: dry_run is set but the run path was reached; nothing was trained",
+            file=sys.stderr,
+        )
+        sys.exit(ConfigError.exit_code)
     if distributed_env.in_slurm_job():
         from experiments.launchers import slurm
 

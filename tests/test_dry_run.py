@@ -1,0 +1,144 @@
+"""A dry run never trains, submits or records, whatever happens to the process around it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import CLI, run_cli
+
+
+def _written(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def test_dry_run_with_stdout_closed_ends_quietly_and_writes_nothing(tmp_path: Path) -> None:
+    """`experiments-train dry_run=true | head -0`: the reader is gone before the plan is
+    printed. The process must end (0, or 141 as after SIGPIPE), not go on to train."""
+    proc = subprocess.Popen(
+        [CLI, "dry_run=true", "trainer.max_steps=1", "data=synthetic"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # nobody reads the plan
+    try:
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode in (0, 141), stderr.decode()[-2000:]
+    assert b"Traceback" not in stderr
+    assert _written(tmp_path) == []
+
+
+def test_run_path_refuses_to_train_when_dry_run_reaches_it(tmp_path: Path) -> None:
+    """Without the validating callback (removed here on purpose), the task function itself
+    must refuse a dry run: exit 2, nothing trained or recorded."""
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        ["dry_run=true", "data=synthetic", "trainer.max_steps=1", "~hydra.callbacks.experiments",
+         f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "dry_run is set" in result.stderr and "nothing was trained" in result.stderr
+    assert not (run_dir / "summary.json").exists()
+    assert not (run_dir / "checkpoints").exists()
+
+
+def test_multirun_dry_run_lists_each_point_and_refuses_a_bad_one_writing_nothing(
+    tmp_path: Path,
+) -> None:
+    sweep = tmp_path / "sweep"
+    result = run_cli(
+        ["-m", "optimizer.lr=1e-3,abc,2e-3", "dry_run=true", f"hydra.sweep.dir={sweep}"],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert lines[0] == "sweep of 3 points (swept: optimizer.lr):"
+    assert lines[1].startswith("  point 0: optimizer.lr=0.001") and lines[1].endswith("plans")
+    assert lines[2].startswith("  point 1: optimizer.lr=abc") and "REFUSED" in lines[2]
+    assert lines[3].startswith("  point 2: optimizer.lr=0.002") and lines[3].endswith("plans")
+    assert "error: sweep point 1 (optimizer.lr=abc): invalid config: optimizer.lr='abc'" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
+    assert _written(tmp_path) == []  # no multirun.yaml, no point directory
+
+
+def test_multirun_dry_run_prints_the_point_lines_before_the_plans(tmp_path: Path) -> None:
+    result = run_cli(["-m", "optimizer.lr=1e-3,2e-3", "dry_run=true"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    assert out.index("  point 1: optimizer.lr=0.002  -> plans") < out.index("--- sweep point 0")
+    assert out.count("Run plan (dry run") == 2
+    assert _written(tmp_path) == []
+
+
+def test_search_dry_run_with_an_interval_shows_the_base_plan_and_trains_nothing(
+    tmp_path: Path,
+) -> None:
+    """Optuna's interval() is not a value Hydra can compose: once it turned into a callback
+    warning and the search trained."""
+    result = run_cli(
+        [
+            "hparams_search=digits_lr",
+            "optimizer.lr=interval(1e-4,1e-2)",
+            "dry_run=json",
+            "data=synthetic",
+            "trainer.max_steps=1",
+            "hydra.sweeper.n_trials=1",
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]  # fmt: skip
+    plan = json.loads(result.stdout[result.stdout.index("{") :])
+    assert plan["run_dir"].endswith("/0")
+    assert _written(tmp_path) == []
+
+
+def test_an_exception_while_checking_ends_the_process_with_exit_2(tmp_path: Path) -> None:
+    """Any failure inside validation (here: an unknown key in one sweep point, which Hydra
+    raises while composing) is one line and exit 2, not a warning followed by a run."""
+    sweep = tmp_path / "sweep"
+    result = run_cli(
+        ["-m", "optimizer.lr=1e-3", "trainer.no_such_key=1,2", f"hydra.sweep.dir={sweep}"],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert not sweep.exists()
+
+
+def test_sweep_directory_name_ignores_dry_run_and_argument_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from experiments import _sweep_id
+
+    names = []
+    for argv in (
+        ["-m", "optimizer.lr=1e-3,2e-3", "seed=1"],
+        ["-m", "seed=1", "optimizer.lr=1e-3,2e-3", "dry_run=true"],
+        ["seed=1", "dry_run=json", "-m", "optimizer.lr=1e-3,2e-3"],
+    ):
+        monkeypatch.setattr(sys, "argv", ["experiments-train", *argv])
+        names.append(_sweep_id())
+    assert len(set(names)) == 1, names
+    # and through the CLI: the dry run previews the directory a real run would use
+    dirs = []
+    for argv in (
+        ["-m", "seed=1", "optimizer.lr=1e-3,2e-3"],
+        ["-m", "optimizer.lr=1e-3,2e-3", "seed=1"],
+    ):
+        result = run_cli([*argv, "dry_run=json"], cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-2000:]
+        dirs.append([point["run_dir"] for point in json.loads(result.stdout)])
+    assert dirs[0] == dirs[1]
+    assert Path(dirs[0][0]).parent.name == names[0]
