@@ -21,6 +21,7 @@ from spikingjelly.activation_based.precision import PrecisionConfig
 from experiments import data as data_group
 from experiments import validation as check
 from experiments.errors import ConfigError
+from experiments.known_keys import check_known_keys
 from experiments.launchers import launcher_module
 from experiments.models import capabilities, instantiate_model_config, parameter_count
 from experiments.models.gan import is_gan
@@ -128,6 +129,7 @@ def build_plan(
 ) -> RunPlan | GANPlan:
     values = _resolve(cfg)
     run_dir = Path(run_dir)
+    check_known_keys(values, choices)
     check.integer(values["seed"], "seed", minimum=0)
     check.choice(values["dry_run"], "dry_run", (False, True, "json"))
     if is_gan(values["model"]):
@@ -244,7 +246,41 @@ def _trainer(trainer: dict[str, Any]) -> dict[str, Any]:
                 trainer["scheduler"],
                 "a torch.optim.lr_scheduler class path, e.g. torch.optim.lr_scheduler.StepLR",
             )
+        _check_arguments(cls, trainer["scheduler_kwargs"] or {}, "trainer.scheduler_kwargs.", 1)
+    elif trainer["scheduler_kwargs"]:
+        raise ConfigError(
+            "trainer.scheduler_kwargs",
+            trainer["scheduler_kwargs"],
+            "{} without trainer.scheduler (set a scheduler class, or drop its arguments)",
+        )
     return trainer
+
+
+def _check_arguments(cls: type, kwargs: dict[str, Any], prefix: str, skip: int) -> None:
+    """The class's own signature decides: an argument it does not take, or a required one
+    that is missing, is refused before launch (not a TypeError once the run exists).
+    `skip` leading parameters (the optimizer's params, the scheduler's optimizer) are ours."""
+    import difflib
+    import inspect
+
+    parameters = list(inspect.signature(cls.__init__).parameters.values())[1 + skip :]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return
+    names = [p.name for p in parameters if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    for key, value in kwargs.items():
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f"did you mean {prefix}{close[0]}?" if close else "it takes " + ", ".join(names)
+            raise ConfigError(f"{prefix}{key}", value, f"not an argument of {cls.__name__}; {hint}")
+    for parameter in parameters:
+        if parameter.default is inspect.Parameter.empty and parameter.name not in kwargs:
+            if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+                continue
+            raise ConfigError(
+                f"{prefix}{parameter.name}",
+                None,
+                f"required by {cls.__name__}; set +{prefix}{parameter.name}=<value>",
+            )
 
 
 def _optimizer(optimizer: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -256,6 +292,7 @@ def _optimizer(optimizer: dict[str, Any]) -> tuple[str, dict[str, Any]]:
             optimizer["name"],
             "a torch.optim.Optimizer class path, e.g. torch.optim.AdamW",
         )
+    _check_arguments(cls, kwargs, "optimizer.", skip=1)
     check.positive_number(kwargs.get("lr"), "optimizer.lr")
     if "weight_decay" in kwargs:
         check.non_negative_number(kwargs["weight_decay"], "optimizer.weight_decay")

@@ -7,6 +7,8 @@ only knows what each architecture's builder supports, so validation can say it b
 from __future__ import annotations
 
 import dataclasses
+import re
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,12 +89,42 @@ def instantiate_model_config(node: DictConfig) -> ModelConfig:
                 value,
                 f"not a field of {cls.__name__}; valid: " + ", ".join(sorted(names)),
             )
+        _check_field_type(cls, key, value)
     try:
         return cls(**values)
     except (TypeError, ValueError) as error:
+        # Name the field the library complains about when its message names one.
+        named = [key for key in values if re.search(rf"\b{re.escape(key)}\b", str(error))]
+        if named:
+            key = named[0]
+            raise ConfigError(
+                f"model.{key}", values[key], f"{cls.__name__} rejects it: {error}"
+            ) from None
         raise ConfigError(
             "model", _summary(values), f"{cls.__name__} rejects it: {error}"
         ) from None
+
+
+# Integer fields that count something: a value below 1 can never build a model.
+_POSITIVE_FIELDS = {"time_steps", "num_classes", "image_size", "in_channels", "depth"}
+
+
+def _check_field_type(cls: type, key: str, value: Any) -> None:
+    """Name the field and the kind of value it takes, instead of the dataclass's repr and a
+    comparison error from deep inside its __post_init__."""
+    try:
+        hint = typing.get_type_hints(cls).get(key)
+    except Exception:  # an annotation that cannot be resolved: leave it to the class
+        return
+    if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
+        expected = "an integer >= 1" if key in _POSITIVE_FIELDS else "an integer"
+        raise ConfigError(f"model.{key}", value, expected)
+    if hint is int and key in _POSITIVE_FIELDS and value < 1:
+        raise ConfigError(f"model.{key}", value, "an integer >= 1")
+    if hint is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise ConfigError(f"model.{key}", value, "a number")
+    if hint is bool and not isinstance(value, bool):
+        raise ConfigError(f"model.{key}", value, "true or false")
 
 
 def _summary(values: dict[str, Any]) -> str:

@@ -1,0 +1,63 @@
+"""Keys our config groups define: a key added with `+group.key=...` that no option of ours
+defines would be accepted and silently ignored, so it is refused with the nearest valid key.
+
+The open extension points stay open: `data.*` is checked against the data builder's signature
+(data/__init__.py), `optimizer.*` against the optimizer class, `model.*` against the model's
+config dataclass, and `model.cfg_options.*` by MMGen's own config merge.
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from experiments.errors import ConfigError
+
+# Groups whose keys are fixed by their option's yaml file.
+CLOSED_GROUPS = ("trainer", "topology", "launcher")
+# Top-level keys that are not config groups (conf/train.yaml) plus the groups themselves.
+GROUPS = ("model", "data", "topology", "launcher", "optimizer", "trainer")
+
+
+@cache
+def option_keys(group: str, option: str) -> frozenset[str] | None:
+    """The keys the option's yaml defines under the group (None: no such file of ours)."""
+    path = resources.files("experiments.conf") / group / f"{option}.yaml"
+    if not path.is_file():
+        return None
+    text = path.read_text(encoding="utf-8")
+    node = OmegaConf.create(text)
+    if "@package _global_" in text.split("\n", 1)[0]:
+        node = node.get(group) or {}
+    return frozenset(str(key) for key in node if key != "defaults")
+
+
+@cache
+def top_level_keys() -> frozenset[str]:
+    text = (resources.files("experiments.conf") / "train.yaml").read_text(encoding="utf-8")
+    node = OmegaConf.create(text)
+    return frozenset(str(key) for key in node if key != "defaults") | frozenset(GROUPS)
+
+
+def check_known_keys(values: dict[str, Any], choices: dict[str, str]) -> None:
+    _refuse_unknown("", values, top_level_keys(), "the run config")
+    for group in CLOSED_GROUPS:
+        option = str(choices.get(group))
+        known = option_keys(group, option)
+        if known is not None and isinstance(values.get(group), dict):
+            _refuse_unknown(f"{group}.", values[group], known, f"{group}={option}")
+
+
+def _refuse_unknown(prefix: str, node: dict[str, Any], known: frozenset[str], where: str) -> None:
+    for key in sorted(set(node) - known):
+        close = difflib.get_close_matches(key, sorted(known), n=1)
+        hint = (
+            f"did you mean {prefix}{close[0]}?"
+            if close
+            else "valid keys: " + ", ".join(f"{prefix}{k}" for k in sorted(known))
+        )
+        raise ConfigError(f"{prefix}{key}", node[key], f"not a key of {where}; {hint}")
