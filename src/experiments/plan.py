@@ -7,6 +7,7 @@ or file. Every failure is a ConfigError naming the key, the bad value and a vali
 
 from __future__ import annotations
 
+import copy
 import json
 import shlex
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from spikingjelly.activation_based.distributed.vision import ModelConfig, TrainingConfig
 from spikingjelly.activation_based.precision import PrecisionConfig
 
@@ -127,6 +128,7 @@ def launch_lines(launcher: str, command: list[str]) -> list[str]:
 def build_plan(
     cfg: DictConfig, run_dir: Path | str, overrides: list[str], choices: dict[str, str]
 ) -> RunPlan | GANPlan:
+    cfg = _placeholder_root_for_dry_run(cfg)
     values = _resolve(cfg)
     run_dir = Path(run_dir)
     check_known_keys(values, choices)
@@ -190,6 +192,20 @@ def build_plan(
         resume=resume,
         trainer=trainer,
     )
+
+
+# What a dry run shows for a preset's data.root that is still `???` (e.g. an ImageNet recipe):
+# the plan is visible, and the placeholder says what a real run needs.
+ROOT_PLACEHOLDER = "<required: set data.root=... before a real run>"
+
+
+def _placeholder_root_for_dry_run(cfg: DictConfig) -> DictConfig:
+    if not cfg.get("dry_run") or "data" not in cfg or not OmegaConf.is_missing(cfg.data, "root"):
+        return cfg
+    cfg = copy.deepcopy(cfg)
+    with open_dict(cfg):
+        cfg.data.root = ROOT_PLACEHOLDER
+    return cfg
 
 
 def user_overrides(overrides: list[str]) -> list[str]:
@@ -311,7 +327,7 @@ def _check_data(data: dict[str, Any]) -> None:
     if data["name"] == "synthetic":
         check.integer(data["train_size"], "data.train_size", minimum=1)
         check.integer(data["val_size"], "data.val_size", minimum=1)
-    if "root" in data:
+    if "root" in data and data["root"] != ROOT_PLACEHOLDER:
         root = Path(str(data["root"]))
         for sub in (
             data.get("train_subdirectory", "train"),

@@ -346,12 +346,45 @@ def format_outcome(sweep_dir: Path, outcome: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_run(run_dir: Path) -> str:
+    """One run's record in a few lines: what ran, how it ended, its final metrics."""
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    lines = [
+        f"Run {run_dir}: {summary.get('status')} "
+        f"({summary.get('model')} on {summary.get('data')}, {summary.get('topology')}, "
+        f"{summary.get('launcher')}, world size {summary.get('world_size')})"
+    ]
+    if summary.get("error"):
+        lines.append(f"  error         {summary['error']}")
+    for key, value in (summary.get("metrics") or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            lines.append(
+                f"  {key:<13} {value:.4f}" if isinstance(value, float) else f"  {key:<13} {value}"
+            )
+    if summary.get("wall_time_s") is not None:
+        lines.append(f"  wall time     {summary['wall_time_s']:.1f} s")
+    lines.append(f"  command       {summary.get('command')}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="experiments-report", description=__doc__)
-    parser.add_argument("sweep_dir", type=Path, help="a multirun directory (holds 0/, 1/, ...)")
+    parser.add_argument(
+        "sweep_dir",
+        type=Path,
+        help="a multirun directory (holds 0/, 1/, ...), or one run's directory (summarised)",
+    )
     args = parser.parse_args(argv)
     if not args.sweep_dir.is_dir():
         parser.error(f"no such directory: {args.sweep_dir}")
+    if (args.sweep_dir / "summary.json").is_file():
+        print(format_run(args.sweep_dir))  # one run: summarise it, write nothing into it
+        return
+    if not any(p.is_dir() and p.name.isdigit() for p in args.sweep_dir.iterdir()):
+        parser.error(
+            f"{args.sweep_dir} is neither a sweep directory (no 0/, 1/, ...) nor a run "
+            "directory (no summary.json)"
+        )
     outcome = write_report(args.sweep_dir)
     print(format_outcome(args.sweep_dir, outcome))
     sys.exit(1 if outcome["failed"] else 0)

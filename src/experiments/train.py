@@ -255,6 +255,25 @@ def _profile_line(metrics: dict[str, Any]) -> str:
 def main() -> None:
     """Console entry point. Hydra exits 1 on a composition error (unknown group option,
     unknown key): those are config errors too, so they exit 2 like our own validation."""
+    for group in ("experiment", "hparams_search"):
+        if any(arg.startswith(f"+{group}=") for arg in sys.argv[1:]):
+            print(
+                f"error: write {group}=<name>, without '+': the {group} group is already in "
+                "the defaults list (conf/train.yaml), so '+' would add it a second time",
+                file=sys.stderr,
+            )
+            sys.exit(ConfigError.exit_code)
+    if "--version" in sys.argv[1:]:
+        from experiments import __version__
+        from experiments.run.record import versions
+
+        found = versions()
+        print(
+            f"experiments-train {__version__} (torch {found.get('torch')}, spikingjelly "
+            f"{found.get('spikingjelly')}, hydra-core {found.get('hydra-core')}, mmgen "
+            f"{found.get('mmgen') or 'not installed'})"
+        )
+        return
     try:
         app()
     except SystemExit as exit_:

@@ -352,7 +352,7 @@ class _Trainer:
                     img_s=f"{timed_images / train_seconds:.0f}",
                     refresh=False,
                 )
-                if step % log_every == 0:
+                if step % log_every == 0 or step >= total_steps:  # the last step always
                     self._log_step(step, last_loss, timed_images / train_seconds)
                 if config.checkpoint_interval and step % config.checkpoint_interval == 0:
                     self._save(step, epoch, index + 1)

@@ -1,0 +1,81 @@
+"""What a user meets on day one: --help, --version, presets, reports of a single run."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import BIN, FAST, read_jsonl, run_cli
+
+
+def test_help_is_our_page(tmp_path: Path) -> None:
+    result = run_cli(["--help"], cwd=tmp_path)
+    assert result.returncode == 0
+    out = result.stdout
+    assert out.startswith("experiments-train: compose, check and launch")
+    for group in ("model:", "topology:", "launcher:", "data:", "optimizer:", "trainer:"):
+        assert group in out
+    assert "sew_resnet18" in out and "channel_tp" in out and "slurm" in out
+    assert "dry_run=false|true|json" in out and "resume=auto|null|<dir>" in out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_version_names_the_app_and_its_libraries(tmp_path: Path) -> None:
+    from experiments import __version__
+
+    result = run_cli(["--version"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"experiments-train {__version__} (torch ")
+    assert "spikingjelly 2.0.0" in result.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("group", ["experiment", "hparams_search"])
+def test_plus_on_a_preset_group_says_to_drop_the_plus(group: str, tmp_path: Path) -> None:
+    name = "digits_sew_resnet18" if group == "experiment" else "digits_lr"
+    result = run_cli([f"+{group}={name}", "dry_run=true"], cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: write {group}=<name>, without '+': the {group} group is already in the "
+        "defaults list (conf/train.yaml), so '+' would add it a second time"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_preset_whose_data_root_is_required_can_be_dry_run(tmp_path: Path) -> None:
+    preset = "experiment=sew_resnet34_imagenet_fsdp2_tp_slurm"
+    result = run_cli([preset, "dry_run=true"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "mesh dp=16 x pp=1 x tp=2" in result.stdout
+    assert "<required: set data.root=... before a real run>" in result.stdout
+    real = run_cli([preset], cwd=tmp_path)  # without dry_run the root is still required
+    assert real.returncode == 2
+    assert "data.root='???': must be set" in real.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_short_run_logs_its_last_step_and_reports_as_a_single_run(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = run_cli([*FAST, "trainer.max_steps=3", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # log_every_n_steps is 10: the last step is logged anyway, so the loss panel is not empty
+    assert [r["step"] for r in read_jsonl(run_dir / "steps.jsonl")] == [3]
+    before = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
+    report = subprocess.run(
+        [str(BIN / "experiments-report"), str(run_dir)], capture_output=True, text=True, timeout=120
+    )
+    assert report.returncode == 0, report.stderr
+    assert report.stdout.startswith(f"Run {run_dir}: completed (sew_resnet18 on synthetic")
+    assert "val_accuracy" in report.stdout and "steps         3" in report.stdout
+    assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before  # wrote nothing
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused = subprocess.run(
+        [str(BIN / "experiments-report"), str(empty)], capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode == 2
+    assert "neither a sweep directory" in refused.stderr
+    assert list(empty.iterdir()) == []
