@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -79,3 +80,32 @@ def test_a_short_run_logs_its_last_step_and_reports_as_a_single_run(tmp_path: Pa
     assert refused.returncode == 2
     assert "neither a sweep directory" in refused.stderr
     assert list(empty.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_completed_runs_record_is_never_rewritten_except_by_an_extension(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    base = [*FAST, "trainer.checkpoint_interval=2", f"hydra.run.dir={run_dir}"]
+    assert run_cli(base, cwd=tmp_path).returncode == 0
+    recorded = (run_dir / ".hydra" / "config.yaml").read_text()
+    summary = (run_dir / "summary.json").read_text()
+
+    changed = run_cli([*base, "optimizer.lr=0.5"], cwd=tmp_path)
+    assert changed.returncode == 2
+    [line] = changed.stderr.strip().splitlines()
+    assert line.startswith("error: invalid config: optimizer.lr=0.5: ")
+    assert "recorded with optimizer.lr=0.001" in line and "(keys that differ: optimizer.lr)" in line
+    assert (run_dir / ".hydra" / "config.yaml").read_text() == recorded
+    assert (run_dir / "summary.json").read_text() == summary
+
+    # FAST is 1 epoch of 4 steps: both limits are raised to reach step 6
+    extended = run_cli([*base, "trainer.epochs=2", "trainer.max_steps=6"], cwd=tmp_path)
+    assert extended.returncode == 0, extended.stderr[-3000:]
+    assert "Extending" in extended.stdout
+    record = json.loads((run_dir / "summary.json").read_text())
+    assert record["status"] == "completed" and record["metrics"]["steps"] == 6
+    assert record["extensions"] == ["trainer.epochs: 1 -> 2", "trainer.max_steps: 4 -> 6"]
+    assert record["resumes"] == 1 and record["resumed_from"].endswith("step_00000004")
+    assert [r["step"] for r in read_jsonl(run_dir / "steps.jsonl")][-1] == 6

@@ -26,6 +26,7 @@ from experiments.known_keys import check_known_keys
 from experiments.launchers import launcher_module
 from experiments.models import capabilities, instantiate_model_config, parameter_count
 from experiments.models.gan import is_gan
+from experiments.run.recorded_config import check_against_record
 from experiments.topology import ParallelDims, parallel_dims
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ class RunPlan:
     launch_command: list[str]
     resume: str | None
     trainer: dict[str, Any] = field(default_factory=dict)
+    # "key: old -> new" for each key this launch raises on a recorded run (run/recorded_config.py)
+    extensions: list[str] = field(default_factory=list)
 
     objective: str = "val_accuracy"  # the metric a sweep optimises and a re-run reports
 
@@ -134,10 +137,13 @@ def build_plan(
     check_known_keys(values, choices)
     check.integer(values["seed"], "seed", minimum=0)
     check.choice(values["dry_run"], "dry_run", (False, True, "json"))
+    extensions = check_against_record(cfg, run_dir, values.get("resume"))
     if is_gan(values["model"]):
         from experiments.plan_gan import build_gan_plan
 
-        return build_gan_plan(values, run_dir, overrides, choices)
+        gan_plan = build_gan_plan(values, run_dir, overrides, choices)
+        gan_plan.extensions = extensions
+        return gan_plan
     for key in ("resume_from", "load_from"):
         if values.get(key) is not None:
             raise ConfigError(
@@ -191,6 +197,7 @@ def build_plan(
         launch_command=module.command(launcher, user_overrides(overrides), str(run_dir)),
         resume=resume,
         trainer=trainer,
+        extensions=extensions,
     )
 
 

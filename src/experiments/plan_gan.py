@@ -8,7 +8,7 @@ process, queue slot or file exists.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,8 @@ class GANPlan:
     seed: int
     image_root: Path
     objective: str = OBJECTIVE
+    # "key: old -> new" for each key this launch raises on a recorded run (run/recorded_config.py)
+    extensions: list[str] = field(default_factory=list)
 
     @property
     def global_batch(self) -> int:

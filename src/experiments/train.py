@@ -88,6 +88,13 @@ def _record_failure(run_dir: Path, overrides: list[str], error: Exception) -> No
 
 def run(plan: RunPlan, cwd: str) -> float | None:
     previous = read_summary(plan.run_dir)
+    if previous and plan.extensions:
+        # Recorded before any process starts, so torchrun ranks and Slurm tasks (whose own
+        # plans see the already rewritten config) carry it on, and the run is no longer done.
+        previous["extensions"] = [*previous.get("extensions", []), *plan.extensions]
+        previous["status"] = "running"
+        write_json_atomic(plan.run_dir / "summary.json", previous)
+        print(f"Extending {plan.run_dir}: {'; '.join(plan.extensions)}")
     if previous and previous.get("status") == "completed" and plan.resume == "auto":
         value = previous["metrics"].get(plan.objective)
         print(
@@ -193,6 +200,7 @@ def _summary(plan: RunPlan, cwd: str, previous: dict[str, Any] | None) -> dict[s
         versions=versions(),
         git_commit=git_commit(cwd) or git_commit(str(Path(__file__).parent)),
         resumes=(previous or {}).get("resumes", 0),
+        extensions=(previous or {}).get("extensions", []),
         # torchrun restarts after a rank died (launcher.max_restarts); 0 elsewhere
         restarts=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
     )

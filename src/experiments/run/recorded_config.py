@@ -1,0 +1,80 @@
+"""A run's record changes only when the run itself changes.
+
+Hydra rewrites `<run>/.hydra/config.yaml` on every launch into that directory. Re-running a
+completed (or resumable) run directory with a different config would rewrite its record while
+reporting "already completed", or resume a checkpoint under other settings. So before Hydra
+writes anything, the composed config is compared with the recorded one: a difference is
+refused naming the keys, except an explicit extension (more epochs, steps or GAN iterations,
+with resume=auto), which continues the run and is recorded in summary.json.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from experiments.errors import ConfigError
+from experiments.run.record import SUMMARY
+
+# Keys whose raise continues a run instead of changing it.
+EXTENSION_KEYS = ("trainer.epochs", "trainer.max_steps", "model.iters")
+# Top-level keys that say how to launch, not what the run is.
+NOT_THE_RUN = ("hydra", "dry_run", "resume")
+
+
+def check_against_record(cfg: DictConfig, run_dir: Path, resume: Any) -> list[str]:
+    """The extensions this launch makes to the recorded run ("key: old -> new"), or [] when
+    the config is the recorded one (or there is no record, or resume=null starts over).
+    Any other difference is a ConfigError naming the keys."""
+    recorded_path = run_dir / ".hydra" / "config.yaml"
+    if resume is None or not recorded_path.is_file() or not (run_dir / SUMMARY).is_file():
+        return []
+    recorded = _flatten(OmegaConf.to_container(OmegaConf.load(recorded_path), resolve=False))
+    current = _flatten(
+        {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
+    )
+    changed = sorted(
+        key
+        for key in set(recorded) | set(current)
+        if key.split(".")[0] not in NOT_THE_RUN and recorded.get(key) != current.get(key)
+    )
+    if not changed:
+        return []
+    extensions = [key for key in changed if key in EXTENSION_KEYS]
+    if (
+        resume == "auto"
+        and extensions == changed
+        and all(_raised(recorded.get(key), current.get(key)) for key in changed)
+    ):
+        return [f"{key}: {recorded.get(key)} -> {current.get(key)}" for key in changed]
+    key = changed[0]
+    raise ConfigError(
+        key,
+        current.get(key, "<unset>"),
+        f"{run_dir} holds a run recorded with {key}={recorded.get(key, '<unset>')!r} "
+        f"(keys that differ: {', '.join(changed)}); its record is not rewritten. Use another "
+        "hydra.run.dir, resume=null to start it over, or raise only trainer.epochs / "
+        "trainer.max_steps / model.iters with resume=auto to extend it",
+    )
+
+
+def _raised(old: Any, new: Any) -> bool:
+    def size(value: Any) -> float:
+        return math.inf if value is None else float(value)
+
+    try:
+        return size(new) > size(old)
+    except (TypeError, ValueError):
+        return False
+
+
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        flat: dict[str, Any] = {}
+        for key, value in node.items():
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        return flat or {prefix.rstrip("."): {}}
+    return {prefix.rstrip("."): node}
