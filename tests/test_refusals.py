@@ -53,3 +53,68 @@ def test_adding_a_real_optional_argument_still_plans(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert '"nesterov": true' in result.stdout
+
+
+@pytest.fixture(scope="module")
+def three_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """train/<a,b,c>/ with 5 tiny PNGs each, and no val/ folder."""
+    import numpy as np
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("three_classes")
+    generator = np.random.default_rng(0)
+    for name in ("a", "b", "c"):
+        folder = root / "train" / name
+        folder.mkdir(parents=True)
+        for index in range(5):
+            pixels = (generator.random((16, 16, 3)) * 255).astype("uint8")
+            Image.fromarray(pixels).save(folder / f"{index}.png")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["data.num_classes=2", "data.val_fraction=0.2"], "data.num_classes=2: {train} has 3 class folders (a, b, c); set data.num_classes=3"),
+        (["data.num_classes=1000", "data.val_fraction=0.2"], "data.num_classes=1000: {train} has 3 class folders"),
+        ([], "data.root='{root}': no folder {root}/val; add val/<class>/ folders, or set data.val_fraction=0.1"),
+        (["data.val_fraction=1.5"], "data.val_fraction=1.5: a fraction between 0 and 1"),
+        (["data.train_subdirectory=nope", "data.val_fraction=0.2"], "data.root='{root}': no folder {root}/nope"),
+    ],
+)  # fmt: skip
+def test_image_folder_classes_and_split_are_checked(
+    overrides: list[str], message: str, three_classes: Path, tmp_path: Path
+) -> None:
+    result = run_cli(
+        ["data=imagefolder", f"data.root={three_classes}", "data.image_size=16", *overrides,
+         f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-2000:]
+    expected = message.format(root=three_classes, train=three_classes / "train")
+    assert result.stderr.strip().splitlines()[0].startswith(f"error: invalid config: {expected}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_image_folder_class_count_is_read_and_val_fraction_splits_seeded(
+    three_classes: Path,
+) -> None:
+    from experiments.data.image_folder import build_imagefolder_datasets
+
+    from .conftest import plan_for
+
+    plan = plan_for(
+        ["data=imagefolder", f"data.root={three_classes}", "data.image_size=16",
+         "data.val_fraction=0.2", "seed=5"]
+    )  # fmt: skip
+    assert plan.model_config.num_classes == 3  # from the folders, not the default 1000
+    kwargs = plan.training_config.dataset_kwargs
+    assert (kwargs["val_fraction"], kwargs["val_split_seed"]) == (0.2, 5)
+    train, val = build_imagefolder_datasets(**kwargs)
+    _, again_val = build_imagefolder_datasets(**kwargs)
+    assert (len(train), len(val)) == (12, 3)
+    assert not set(train.indices) & set(val.indices)
+    assert sorted(train.indices + val.indices) == list(range(15))
+    assert val.indices == again_val.indices  # the same split on every rank and re-run
+    other = build_imagefolder_datasets(**{**kwargs, "val_split_seed": 6})[1]
+    assert other.indices != val.indices

@@ -144,6 +144,9 @@ def build_plan(
         gan_plan = build_gan_plan(values, run_dir, overrides, choices)
         gan_plan.extensions = extensions
         return gan_plan
+    if values["data"].get("name") == "imagefolder" and "root" in values["data"]:
+        cfg = _folder_classes(cfg, values["data"])
+        values = _resolve(cfg)
     for key in ("resume_from", "load_from"):
         if values.get(key) is not None:
             raise ConfigError(
@@ -204,6 +207,35 @@ def build_plan(
 # What a dry run shows for a preset's data.root that is still `???` (e.g. an ImageNet recipe):
 # the plan is visible, and the placeholder says what a real run needs.
 ROOT_PLACEHOLDER = "<required: set data.root=... before a real run>"
+
+
+def _folder_classes(cfg: DictConfig, data: dict[str, Any]) -> DictConfig:
+    """The class count of an image folder is read from its class folders; a data.num_classes
+    that disagrees would crash mid-run (IndexError) or train a 1000-way head on 3 classes."""
+    from experiments.data.image_folder import class_names
+
+    root = Path(str(data["root"]))
+    train = root / str(data.get("train_subdirectory", "train"))
+    if data["root"] == ROOT_PLACEHOLDER or not train.is_dir():
+        return cfg  # a dry run's placeholder, or a missing folder that _check_data names
+    names = class_names(train)
+    if not names:
+        raise ConfigError(
+            "data.root", str(root), f"{train} has no class folders; expected {train}/<class>/*.jpg"
+        )
+    given = data.get("num_classes")
+    if given is not None and given != len(names):
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        raise ConfigError(
+            "data.num_classes",
+            given,
+            f"{train} has {len(names)} class folders ({shown}); set data.num_classes="
+            f"{len(names)} or leave it null to read it from the folders",
+        )
+    cfg = copy.deepcopy(cfg)
+    with open_dict(cfg):
+        cfg.data.num_classes = len(names)
+    return cfg
 
 
 def _placeholder_root_for_dry_run(cfg: DictConfig) -> DictConfig:
@@ -323,8 +355,6 @@ def _optimizer(optimizer: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def _check_data(data: dict[str, Any]) -> None:
-    check.integer(data["num_classes"], "data.num_classes", minimum=2)
-    check.integer(data["image_size"], "data.image_size", minimum=1)
     if data["name"] == "digits":
         from experiments.data.digits import DIGITS_TOTAL
 
@@ -336,17 +366,30 @@ def _check_data(data: dict[str, Any]) -> None:
         check.integer(data["val_size"], "data.val_size", minimum=1)
     if "root" in data and data["root"] != ROOT_PLACEHOLDER:
         root = Path(str(data["root"]))
-        for sub in (
-            data.get("train_subdirectory", "train"),
-            data.get("validation_subdirectory", "val"),
-        ):
-            if not (root / sub).is_dir():
-                raise ConfigError(
-                    "data.root",
-                    str(root),
-                    f"no folder {root / sub}; expected "
-                    "an ImageNet-style root with train/<class>/ and val/<class>/",
-                )
+        fraction = data.get("val_fraction")
+        if fraction is not None and (
+            isinstance(fraction, bool) or not isinstance(fraction, (int, float))
+            or not 0 < fraction < 1
+        ):  # fmt: skip
+            raise ConfigError("data.val_fraction", fraction, "a fraction between 0 and 1, e.g. 0.1")
+        train = root / str(data.get("train_subdirectory", "train"))
+        val = root / str(data.get("validation_subdirectory", "val"))
+        if not train.is_dir():
+            raise ConfigError(
+                "data.root",
+                str(root),
+                f"no folder {train}; expected an ImageNet-style root with train/<class>/ "
+                "and val/<class>/",
+            )
+        if fraction is None and not val.is_dir():
+            raise ConfigError(
+                "data.root",
+                str(root),
+                f"no folder {val}; add val/<class>/ folders, or set data.val_fraction=0.1 to "
+                "hold out a seeded 10% of train/ for validation",
+            )
+    check.integer(data["num_classes"], "data.num_classes", minimum=2)
+    check.integer(data["image_size"], "data.image_size", minimum=1)
 
 
 def _check_model_against_data(
