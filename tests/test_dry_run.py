@@ -142,3 +142,28 @@ def test_sweep_directory_name_ignores_dry_run_and_argument_order(
         dirs.append([point["run_dir"] for point in json.loads(result.stdout)])
     assert dirs[0] == dirs[1]
     assert Path(dirs[0][0]).parent.name == names[0]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["launcher=slurm", "dry_run=true"],
+        ["launcher=slurm", "dry_run=json", "topology=ddp", "launcher.tasks_per_node=2"],
+        ["-m", "launcher=slurm", "optimizer.lr=1e-3,2e-3", "dry_run=true"],
+        ["launcher=slurm", "launcher.tasks_per_node=0"],  # refused: nothing queued either
+    ],
+)
+def test_slurm_dry_runs_and_refusals_never_call_slurm(args: list[str], tmp_path: Path) -> None:
+    """Stand-ins for Slurm's commands first on PATH record any call; none may happen."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    for command in ("sbatch", "srun", "squeue", "scancel", "sacct", "scontrol", "sinfo"):
+        stand_in = bin_dir / command
+        stand_in.write_text(f'#!/bin/sh\necho "{command} $*" >> {calls}\nexit 1\n')
+        stand_in.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    result = run_cli(args, cwd=work, env={"PATH": f"{bin_dir}:{Path(CLI).parent}:/usr/bin:/bin"})
+    assert result.returncode == (2 if "dry_run" not in " ".join(args) else 0), result.stderr[-2000:]
+    assert not calls.exists(), calls.read_text()
+    assert _written(work) == []
