@@ -25,6 +25,19 @@ CASES = [
     (["model.time_steps=0"], "model.time_steps=0: an integer >= 1"),
     (["model.tau=fast"], "model.tau='fast': a number"),
     (["model.detach_reset=3"], "model.detach_reset=3: true or false"),
+    (["model.num_classes=abc"], "model.num_classes='abc': an integer >= 1"),
+    (["model=spikformer", "model.in_channels=rgb"], "model.in_channels='rgb': an integer >= 1"),
+    (["+trainer.lr=0.1"], "trainer.lr=0.1: not a key of trainer=default"),
+    (["+trainer.precison=bf16"], "trainer.precison='bf16': not a key of trainer=default; did you mean trainer.precision?"),
+    (["+launcher.nproc=2"], "launcher.nproc=2: not a key of launcher=local"),
+    (["launcher=torchrun", "+launcher.nproc_per_nod=2"], "launcher.nproc_per_nod=2: not a key of launcher=torchrun; did you mean launcher.nproc_per_node?"),
+    (["launcher=slurm", "+launcher.gpus=2"], "launcher.gpus=2: not a key of launcher=slurm"),
+    (["+topology.microbatches=2"], "topology.microbatches=2: not a key of topology=single; did you mean topology.pipeline_microbatches?"),
+    (["+epochs=3"], "epochs=3: not a key of the run config"),
+    (["+optimizer.betas=[0.9]", "optimizer=sgd"], "optimizer.betas=[0.9]: not an argument of SGD"),
+    (["+optimizer.momentom=0.9", "optimizer=sgd"], "optimizer.momentom=0.9: not an argument of SGD; did you mean optimizer.momentum?"),
+    (["trainer.scheduler=torch.optim.lr_scheduler.StepLR"], "trainer.scheduler_kwargs.step_size=None: required by StepLR"),
+    (["trainer.scheduler=torch.optim.lr_scheduler.OneCycleLR"], "trainer.scheduler_kwargs.max_lr=None: required by OneCycleLR"),
 ]  # fmt: skip
 
 
