@@ -7,21 +7,33 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import FAST, read_jsonl, run_cli
+from .conftest import FAST, REPO, read_jsonl, run_cli
+from .support import processes
+
+
+def head_commit() -> str:
+    """The repository's HEAD: the installed package is this checkout (editable, in its .venv)."""
+    proc = processes.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
 
 
 @pytest.mark.slow
 def test_training_on_digits_writes_the_run_directory_and_learns(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
+    commit_before = head_commit()  # others may commit while the run trains
     result = run_cli(
         ["trainer.epochs=2", "model.time_steps=2", "seed=7", f"hydra.run.dir={run_dir}"],
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    commits = {commit_before, head_commit()}
 
-    # Final report
-    assert "val_accuracy" in result.stdout and str(run_dir) in result.stdout
-    assert "images/s" in result.stdout
+    # Final report: the figures of summary.json
+    final = json.loads((run_dir / "summary.json").read_text())["metrics"]
+    assert f"val_accuracy  {final['val_accuracy']:.4f}" in result.stdout
+    assert f"images/s      {final['images_per_second']:.1f}" in result.stdout
+    assert str(run_dir) in result.stdout
     # Progress bar (tqdm, on stderr)
     assert "step/s" in result.stderr or "s/step" in result.stderr
 
@@ -60,7 +72,11 @@ def test_training_on_digits_writes_the_run_directory_and_learns(tmp_path: Path) 
         assert summary["metrics"][key] > 0
     assert summary["command"].startswith("experiments-train trainer.epochs=2")
     assert {"torch", "spikingjelly", "hydra-core", "experiments"} <= set(summary["versions"])
-    assert "git_commit" in summary
+    # The commit of the code that ran (a run outside the repo finds it from the package);
+    # "-dirty" when tracked files differ from it.
+    commit, _, dirty = summary["git_commit"].partition("-")
+    assert commit in commits and dirty in ("", "dirty"), (summary["git_commit"], commits)
+    assert summary["seed"] == 7
 
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert checkpoints == ["step_00000050", "step_00000090"]  # interval 50 + the last step
@@ -125,51 +141,51 @@ def test_resume_from_a_mid_epoch_final_checkpoint_continues_the_trajectory(tmp_p
 def test_resume_at_the_last_step_still_reports_real_metrics(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     args = [*FAST, "trainer.checkpoint_interval=4", f"hydra.run.dir={run_dir}"]
-    assert run_cli(args, cwd=tmp_path).returncode == 0
+    first = run_cli(args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    trained = json.loads((run_dir / "summary.json").read_text())["metrics"]
     _mark_interrupted(run_dir)  # as if killed during the final evaluation
-    assert run_cli(args, cwd=tmp_path).returncode == 0
-    metrics = json.loads((run_dir / "summary.json").read_text())["metrics"]
+    second = run_cli(args, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["status"], summary["resumes"]) == ("completed", 1)
+    assert summary["resumed_from"].endswith("step_00000004")
+    metrics = summary["metrics"]
     assert metrics["steps"] == 4
-    assert 0.0 <= metrics["val_accuracy"] <= 1.0 and metrics["val_loss"] > 0  # not NaN
+    # Nothing left to train: the resumed run evaluates the step-4 weights, the same weights
+    # the first run evaluated, so the same figures (not NaN, not zeros).
+    assert metrics["val_accuracy"] == pytest.approx(trained["val_accuracy"], abs=1e-6)
+    assert metrics["val_loss"] == pytest.approx(trained["val_loss"], rel=1e-5)
 
 
 @pytest.mark.slow
 def test_resume_null_starts_over_and_drops_the_old_checkpoints(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    long = [
-        "data=synthetic",
-        "model.time_steps=2",
-        "trainer.max_steps=8",
-        "trainer.checkpoint_interval=4",
-        f"hydra.run.dir={run_dir}",
-    ]
-    assert run_cli(long, cwd=tmp_path).returncode == 0
-    short = [
-        *long[:2],
-        "trainer.max_steps=3",
-        "trainer.checkpoint_interval=2",
-        *long[4:],
-        "resume=null",
-    ]
-    assert run_cli(short, cwd=tmp_path).returncode == 0
+    common = ["data=synthetic", "model.time_steps=2", "trainer.log_every_n_steps=1"]
+    long = [*common, "trainer.max_steps=8", "trainer.checkpoint_interval=4"]
+    assert run_cli([*long, f"hydra.run.dir={run_dir}"], cwd=tmp_path).returncode == 0
+    long_losses = [r["loss"] for r in read_jsonl(run_dir / "steps.jsonl")]
+    short = [*common, "trainer.max_steps=3", "trainer.checkpoint_interval=2", "resume=null"]
+    result = run_cli([*short, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
         "step_00000002",
         "step_00000003",
     ]
-    assert json.loads((run_dir / "summary.json").read_text())["metrics"]["steps"] == 3
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["metrics"]["steps"] == 3 and summary.get("resumed_from") is None
+    # Started over from step 1: the first steps of the same seed, one record a step.
+    records = read_jsonl(run_dir / "steps.jsonl")
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert [r["loss"] for r in records] == pytest.approx(long_losses[:3], rel=1e-6)
 
 
 @pytest.mark.slow
 def test_python_dash_m_entry_point_and_dry_run_write_nothing(tmp_path: Path) -> None:
-    import subprocess
     import sys
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "experiments.train", "dry_run=true"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    proc = processes.run(
+        [sys.executable, "-m", "experiments.train", "dry_run=true"], cwd=tmp_path, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
     assert "Run plan" in proc.stdout and "11.18 M parameters" in proc.stdout
