@@ -2,7 +2,8 @@
 
 Training is MMGen's: its recipe, builders, runner and hooks (checkpoint, logger, EMA where
 the recipe has one, sample grids). We add two hooks: CPU resume (mmgen_compat) and the run
-record (metrics.jsonl, TensorBoard), then MMGen's SWD and MS-SSIM on the run's data at the end.
+record (metrics.jsonl, TensorBoard), then MMGen's SWD and MS-SSIM on the run's data at the end
+(and, with model.eval_untrained=true, the same on the untrained generator before training).
 
 On CPU ranks (gloo) train_model(distributed=True) cannot run: it moves the model to CUDA and
 its sampler seeds through a CUDA tensor. `_train_cpu_ddp` repeats train_model's few lines
@@ -12,15 +13,19 @@ device ids, the recipe's dynamic-DDP runner); nothing in mmgen or mmcv is edited
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
 import os
+import random
 import time
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -33,6 +38,7 @@ from experiments.run.record import RunRecorder
 log = logging.getLogger("experiments.gan")
 CONFIG_FILE = "mmgen_config.py"  # the composed recipe, as MMGen's tools/train.py dumps it
 FINAL_GRID = "final.png"
+UNTRAINED_KEYS = ("swd", "swd_per_level", "ms_ssim")  # recorded as <key>_untrained
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
@@ -180,6 +186,14 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
     set_random_seed(cfg.seed, use_rank_shift=distributed)
     model = build_model(cfg)
     dataset = build_dataset(cfg.data.train)
+    untrained: dict[str, Any] = {}
+    if plan.recipe.eval_untrained and rank == 0:
+        # The generator as built from the seed, before any checkpoint is loaded: iteration 0
+        # of this run (a resumed run rebuilds the same one). Same code path as the end.
+        model.eval()
+        measured = quality(model, dataset, plan)
+        untrained = {f"{k}_untrained": measured[k] for k in UNTRAINED_KEYS if k in measured}
+        model.train()
     meta = dict(seed=cfg.seed, exp_name=plan.run_dir.resolve().name)
     started = time.perf_counter()
     if distributed and plan.device == "cpu":
@@ -208,6 +222,7 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
         model.eval()
         grid = save_final_grid(model, plan)
         metrics.update(quality(model, dataset, plan))
+        metrics.update(untrained)
         metrics["final_grid"] = str(grid.relative_to(plan.run_dir))
     if distributed:
         dist.barrier()
@@ -312,16 +327,38 @@ def save_final_grid(model: Any, plan: Any) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Draws from torch, NumPy and random seeded with `seed`, and every generator's state as
+    it was afterwards: an evaluation before training leaves the training's draws unchanged."""
+    states = (np.random.get_state(), random.getstate())
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        np.random.seed(seed % 2**32)
+        random.seed(seed)
+        try:
+            yield
+        finally:
+            np.random.set_state(states[0])
+            random.setstate(states[1])
+
+
 @torch.no_grad()
 def quality(model: Any, dataset: Any, plan: Any) -> dict[str, Any]:
     """MMGen's SWD (generated vs the run's images; x1e3, lower is better) and MS-SSIM of
-    generated pairs (diversity; lower is more diverse), computed without any download."""
+    generated pairs (diversity; lower is more diverse), computed without any download.
+    Seeded (the same images, noise, patches and directions for every call of a run), so two
+    generators of one run are compared on equal terms."""
+    with seeded(plan.seed):
+        return _quality(model, dataset, plan)
+
+
+def _quality(model: Any, dataset: Any, plan: Any) -> dict[str, Any]:
     from mmgen.core.evaluation.metrics import MS_SSIM, SWD
 
     count = min(plan.recipe.eval_images, len(dataset)) // 2 * 2
     if count < 2:
         return {}
-    torch.manual_seed(plan.seed)
     order = torch.randperm(len(dataset))[:count].tolist()
     reals = torch.stack([dataset[i]["real_img"] for i in order])
     fakes = torch.cat(

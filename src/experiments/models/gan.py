@@ -29,6 +29,7 @@ RECIPE_KEYS = (
     "sample_interval",
     "num_samples",
     "eval_images",
+    "eval_untrained",
     "cfg_options",
 )
 CHECKPOINT_DIRNAME = "ckpt"  # MMGen's: <work_dir>/ckpt/<basename of work_dir>/iter_N.pth
@@ -53,6 +54,7 @@ class GANRecipe:
     num_samples: int
     eval_images: int
     cfg_options: dict[str, Any]
+    eval_untrained: bool = False
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> GANRecipe:
@@ -93,7 +95,14 @@ class GANRecipe:
             num_samples=check.integer(values.get("num_samples"), "model.num_samples", minimum=1),
             eval_images=check.integer(values.get("eval_images"), "model.eval_images", minimum=0),
             cfg_options=flatten(options),
+            eval_untrained=_boolean(values.get("eval_untrained", False), "model.eval_untrained"),
         )
+
+
+def _boolean(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(key, value, "true or false")
+    return value
 
 
 def flatten(options: dict[str, Any], prefix: str = "") -> dict[str, Any]:
