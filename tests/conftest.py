@@ -201,6 +201,17 @@ def imagefolder(imagefolder_session: Path) -> Path:
     return imagefolder_session
 
 
+def unreadable_imagefolder(root: Path, classes: int = 10) -> Path:
+    """An image folder that passes validation (train/ and val/, `classes` class folders) but
+    fails at run time: its .png files are not images."""
+    for split in ("train", "val"):
+        for label in range(classes):
+            folder = root / split / str(label)
+            folder.mkdir(parents=True)
+            (folder / "0.png").write_bytes(b"not a png")
+    return root
+
+
 # ---------------------------------------------------------------- figures
 
 _FIGURES: list[str] = []
