@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import CLI, read_jsonl, run_cli
+from .conftest import CLI, cli_env, read_jsonl, run_cli, unreadable_imagefolder
+from .support import processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -28,8 +28,8 @@ def sacct_states(job_id: str) -> set[str]:
     """States sacct reports for a job (an array task's id lists the whole array)."""
     states: set[str] = set()
     for _ in range(20):  # accounting lags the job by about a second
-        out = subprocess.run(
-            ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], capture_output=True, text=True
+        out = processes.run(
+            ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], timeout=30
         ).stdout
         states = {line.strip() for line in out.splitlines() if line.strip()}
         if states and not states & {"RUNNING", "PENDING", "COMPLETING"}:
@@ -63,11 +63,14 @@ def test_two_point_sweep_runs_as_slurm_jobs(slurm_cluster, tmp_path: Path) -> No
     )
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = set()
-    for point in ("0", "1"):
+    for point, lr in (("0", 1e-3), ("1", 2e-3)):
         record = summary(sweep / point)
         assert record["status"] == "completed"
         jobs.add(record["slurm"]["array_job_id"])
         assert sacct_states(record["slurm"]["job_id"]) == {"COMPLETED"}
+        # the learning rate the job's optimizer trained with (logged by the worker)
+        logged = [m["lr"] for m in read_jsonl(sweep / point / "metrics.jsonl")]
+        assert logged and all(value == pytest.approx(lr) for value in logged), (point, logged)
     assert len(jobs) == 1 and None not in jobs  # one job array
     assert "2 points (2 completed)" in result.stdout
 
@@ -112,22 +115,23 @@ def test_requeue_mid_training_resumes_and_loses_no_step(slurm_cluster, tmp_path:
     assert local.returncode == 0, local.stderr[-3000:]
 
     sweep = tmp_path / "sweep"
-    proc = subprocess.Popen(
-        [CLI, *args, f"hydra.sweep.dir={sweep}"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    log = tmp_path / "login.stderr"
+    with open(log, "w") as stderr:  # a file: an unread pipe would fill up and block
+        proc = processes.spawn(
+            [CLI, *args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, env=cli_env(), stderr=stderr
+        )
     steps = sweep / "0" / "steps.jsonl"
-    deadline = time.time() + 300
+    deadline = time.time() + 240
     while not (steps.exists() and len(steps.read_text().splitlines()) >= 8):
-        assert time.time() < deadline and proc.poll() is None, "the job did not start training"
+        assert time.time() < deadline and proc.poll() is None, (
+            "the job did not start training: " + log.read_text()[-3000:]
+        )
         time.sleep(0.2)
     job = summary(sweep / "0")["slurm"]["job_id"]
-    subprocess.run(["scontrol", "requeue", job], check=True)
-    _, stderr = proc.communicate(timeout=600)
-    assert proc.returncode == 0, stderr[-3000:]
+    requeue = processes.run(["scontrol", "requeue", job], timeout=30)
+    assert requeue.returncode == 0, requeue.stderr
+    proc.wait(timeout=300)
+    assert proc.returncode == 0, log.read_text()[-3000:]
     record = summary(sweep / "0")
     assert (record["status"], record["metrics"]["steps"], record["resumes"]) == ("completed", 24, 1)
     assert record["slurm"]["restart_count"] == 1
@@ -138,18 +142,11 @@ def test_requeue_mid_training_resumes_and_loses_no_step(slurm_cluster, tmp_path:
     assert losses == pytest.approx(expected, rel=1e-6)  # each step once, same trajectory
 
 
-def test_failed_job_is_reported_and_the_others_complete(slurm_cluster, tmp_path: Path) -> None:
-    good, empty = tmp_path / "good", tmp_path / "empty"
-    for split in ("train", "val"):
-        (empty / split).mkdir(parents=True)
-    from PIL import Image
-
-    for split in ("train", "val"):
-        for label in range(10):
-            folder = good / split / str(label)
-            folder.mkdir(parents=True)
-            for index in range(4):
-                Image.new("RGB", (32, 32), (25 * label, index, 0)).save(folder / f"{index}.png")
+def test_failed_job_is_reported_and_the_others_complete(
+    slurm_cluster, tmp_path: Path, imagefolder_session: Path
+) -> None:
+    # the broken point passes validation and fails in its job: its images are not images
+    good, broken = imagefolder_session, unreadable_imagefolder(tmp_path / "broken")
     sweep = tmp_path / "sweep"
     result = run_cli(
         [
@@ -159,7 +156,7 @@ def test_failed_job_is_reported_and_the_others_complete(slurm_cluster, tmp_path:
             "data.num_classes=10",
             "data.image_size=32",
             "trainer.max_steps=2",
-            f"data.root={good},{empty}",
+            f"data.root={good},{broken}",
             f"hydra.sweep.dir={sweep}",
         ],
         cwd=tmp_path,
@@ -167,5 +164,5 @@ def test_failed_job_is_reported_and_the_others_complete(slurm_cluster, tmp_path:
     assert result.returncode == 1
     ok, failed = summary(sweep / "0"), summary(sweep / "1")
     assert ok["status"] == "completed"
-    assert failed["status"] == "failed" and "Couldn't find any class folder" in failed["error"]
+    assert failed["status"] == "failed" and "cannot identify image file" in failed["error"]
     assert "FAILED point 1" in result.stdout and "Slurm log:" in result.stdout
