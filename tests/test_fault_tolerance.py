@@ -208,9 +208,19 @@ def test_crash_while_saving_leaves_the_previous_checkpoint_as_latest(
 def test_checkpoint_of_a_different_config_is_refused(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     kill_at_step(run_dir, 6)
+    # In its own run directory, the recorded config refuses the change before launch...
     result = run_cli([*BASE, "optimizer.lr=0.5", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
-    assert result.returncode == 1
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "invalid config: optimizer.lr=0.5" in result.stderr
+    # ...and handed to another run, the checkpoint itself refuses, naming what differs.
+    newest = max((run_dir / "checkpoints").glob("step_*"))
+    other = tmp_path / "other"
+    result = run_cli(
+        [*BASE, "optimizer.lr=0.5", f"resume={newest}", f"hydra.run.dir={other}"], cwd=tmp_path
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
     assert "written by a different config (differs in: optimizer_kwargs)" in result.stderr
+    assert json.loads((other / "summary.json").read_text())["status"] == "failed"
 
 
 def test_checkpoints_load_without_unpickling_arbitrary_objects(tmp_path: Path) -> None:
