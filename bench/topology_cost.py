@@ -53,20 +53,23 @@ def _time_split(metrics: dict) -> str:
     )
 
 
-def measure(steps: int, profile_steps: int) -> list[dict]:
+def measure(steps: int, profile_steps: int, quick: bool = False) -> list[dict]:
     """Throughput from an unprofiled run, then where a step's time goes from a short run
-    under torch.profiler (separate, so the profiler's own cost stays out of images/s)."""
+    under torch.profiler (separate, so the profiler's own cost stays out of images/s).
+
+    quick: one short profiled run per topology gives both (images/s then includes the
+    profiler's cost). That each topology trains correctly is the test suite's job
+    (tests/test_topologies.py); the quick mode only checks that this script measures them."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in TOPOLOGIES:
-            timed = _train(name, steps, Path(tmp) / "timed", [])
+            profile = [f"trainer.profile_steps={profile_steps}"]
+            if quick:
+                timed = profiled = _train(name, profile_steps + 2, Path(tmp) / "quick", profile)
+            else:
+                timed = _train(name, steps, Path(tmp) / "timed", [])
+                profiled = _train(name, profile_steps + 2, Path(tmp) / "profiled", profile)
             seconds = step_seconds(logged_times(timed["dir"]), skip=1)
-            profiled = _train(
-                name,
-                profile_steps + 2,
-                Path(tmp) / "profiled",
-                [f"trainer.profile_steps={profile_steps}"],
-            )
             memory = timed["peak_memory_mb_per_rank"]
             rows.append(
                 row(
@@ -74,7 +77,8 @@ def measure(steps: int, profile_steps: int) -> list[dict]:
                     f"{name}: images/s",
                     GLOBAL_BATCH / seconds,
                     notes=f"peak RSS per rank (MB): {[round(m) for m in memory]}; "
-                    + _time_split(profiled),
+                    + _time_split(profiled)
+                    + ("; quick: timed under the profiler" if quick else ""),
                 )
             )
     return rows
