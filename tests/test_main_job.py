@@ -14,7 +14,7 @@ from .conftest import run_cli
 @pytest.mark.slow
 def test_main_job_reaches_the_accuracy_target(tmp_path: Path, figures) -> None:
     started = time.perf_counter()
-    result = run_cli([], cwd=tmp_path)
+    result = run_cli([], cwd=tmp_path, timeout=480)  # the longest run of the suite
     wall = time.perf_counter() - started
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = list((tmp_path / "outputs" / "runs").glob("*/*"))

@@ -25,6 +25,7 @@ def test_training_on_digits_writes_the_run_directory_and_learns(tmp_path: Path) 
     result = run_cli(
         ["trainer.epochs=2", "model.time_steps=2", "seed=7", f"hydra.run.dir={run_dir}"],
         cwd=tmp_path,
+        timeout=480,  # 90 steps on digits: the second longest run of the suite
     )
     assert result.returncode == 0, result.stderr[-3000:]
     commits = {commit_before, head_commit()}
