@@ -11,6 +11,7 @@ import pytest
 from .conftest import BIN, FAST, read_jsonl, run_cli
 
 
+@pytest.mark.slow
 def test_help_is_our_page(tmp_path: Path) -> None:
     result = run_cli(["--help"], cwd=tmp_path)
     assert result.returncode == 0
@@ -23,6 +24,7 @@ def test_help_is_our_page(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_version_names_the_app_and_its_libraries(tmp_path: Path) -> None:
     from experiments import __version__
 
@@ -33,6 +35,7 @@ def test_version_names_the_app_and_its_libraries(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group", ["experiment", "hparams_search"])
 def test_plus_on_a_preset_group_says_to_drop_the_plus(group: str, tmp_path: Path) -> None:
     name = "digits_sew_resnet18" if group == "experiment" else "digits_lr"
@@ -45,6 +48,7 @@ def test_plus_on_a_preset_group_says_to_drop_the_plus(group: str, tmp_path: Path
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_preset_whose_data_root_is_required_can_be_dry_run(tmp_path: Path) -> None:
     preset = "experiment=sew_resnet34_imagenet_fsdp2_tp_slurm"
     result = run_cli([preset, "dry_run=true"], cwd=tmp_path)
@@ -58,6 +62,7 @@ def test_a_preset_whose_data_root_is_required_can_be_dry_run(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.smoke  # the SNN family's tiny real run in `make check`
 def test_a_short_run_logs_its_last_step_and_reports_as_a_single_run(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     result = run_cli([*FAST, "trainer.max_steps=3", f"hydra.run.dir={run_dir}"], cwd=tmp_path)

@@ -11,6 +11,9 @@ import pytest
 
 from .conftest import CLI, run_cli
 
+# Each test starts the real CLI (a few seconds each): part of `make test`, not `make check`.
+pytestmark = pytest.mark.slow
+
 
 def _written(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))

@@ -41,6 +41,7 @@ CASES = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("overrides", "message"), CASES, ids=[" ".join(o) for o, _ in CASES])
 def test_refused_before_launch_naming_the_key(
     overrides: list[str], message: str, tmp_path: Path
@@ -57,6 +58,7 @@ def test_refused_before_launch_naming_the_key(
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow
 def test_adding_a_real_optional_argument_still_plans(tmp_path: Path) -> None:
     """The checks refuse what the class cannot take, not what our yaml does not list."""
     result = run_cli(
@@ -85,6 +87,7 @@ def three_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
