@@ -24,12 +24,15 @@ def _kill_during_save(kill_step: int) -> None:
     def save(root, step, state, meta, *, barrier, shard, **kwargs):
         if step != kill_step:
             return original(root, step, state, meta, barrier=barrier, shard=shard, **kwargs)
-        written = Path(root) / f".{checkpoint.step_dir(root, step).name}.partial" / shard
+        final = checkpoint.step_dir(Path(root), step)
+        # Where the shard lands: the hidden partial folder (or, were saving ever made
+        # non-atomic, the step folder itself: the crash must still happen, and be caught).
+        written = (final.parent / f".{final.name}.partial" / shard, final / shard)
 
         def barrier_or_die() -> None:
-            # The first barrier after this rank's shard landed in the partial folder: the
-            # checkpoint is half written and not sealed.
-            if written.is_file():
+            # The first barrier after this rank's shard is on disk: the other ranks' shards
+            # and the seal (meta.json, rename) are still to come.
+            if any(path.is_file() for path in written):
                 os.kill(os.getpid(), signal.SIGKILL)
             barrier()
 
