@@ -11,7 +11,6 @@ it started outlives the test, not even an orphan re-parented to init.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import signal
 import subprocess
@@ -26,12 +25,15 @@ import pytest
 TAG_VAR = "EXPERIMENTS_TEST_PROCESS"
 # This pytest session; a child's tag is "<session>:<n>".
 SESSION = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-_numbers = itertools.count()
+_issued = 0  # tags handed out so far
+_swept = 0  # tags handed out before the last sweep that found nothing left
 _spawned: list[tuple[subprocess.Popen, str]] = []
 
 
 def new_tag() -> str:
-    return f"{SESSION}:{next(_numbers)}"
+    global _issued
+    _issued += 1
+    return f"{SESSION}:{_issued}"
 
 
 def tagged_pids(tag: str | None = None) -> set[int]:
@@ -164,8 +166,13 @@ def spawn(
 
 
 def kill_spawned_and_leftovers() -> None:
-    """End of a test: every spawned child's tree, then anything of this session still alive."""
+    """End of a test: every spawned child's tree, then anything of this session still alive
+    (no scan of /proc when no child was started since the last one)."""
+    global _swept
+    issued = _issued
     while _spawned:
         proc, tag = _spawned.pop()
         kill(proc, tag)
-    kill(None, None)
+    if issued != _swept:
+        kill(None, None)
+        _swept = issued
