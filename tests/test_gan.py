@@ -159,6 +159,7 @@ def test_fsdp2_tp_and_pp_are_rejected_for_gans(topology: str) -> None:
     assert "topology=single or topology=ddp" in str(error.value)
 
 
+@pytest.mark.slow  # starts the CLI
 def test_slurm_dry_run_plans_the_gan_as_a_one_point_sweep(tmp_path: Path) -> None:
     result = run_cli(
         ["model=dcgan", "topology=ddp", "launcher=slurm", "launcher.tasks_per_node=2",
@@ -172,6 +173,7 @@ def test_slurm_dry_run_plans_the_gan_as_a_one_point_sweep(tmp_path: Path) -> Non
     assert not (tmp_path / "sweep").exists()
 
 
+@pytest.mark.slow  # starts the CLI
 def test_stylegan2_ada_recipe_fails_with_a_clear_message(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as error:
         plan_for(["model=stylegan_ada"])
@@ -371,6 +373,7 @@ def test_sweep_over_recipes_reports_swd_lower_is_better(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.smoke  # the GAN family's tiny real run in `make check`
 def test_imagefolder_colour_images_train(tmp_path: Path, imagefolder: Path) -> None:
     run_dir = tmp_path / "run"
     _run(["model=lsgan", "data=imagefolder", f"data.root={imagefolder}", *TINY], run_dir)
