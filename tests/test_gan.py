@@ -51,7 +51,7 @@ TINY = [
 # against other real digits ~24):
 #   dcgan, batch 16: 0.16-0.22 (250 iterations: 0.20-0.27; 200: 0.29-0.43 on 256 images)
 #   lsgan, batch 32: 0.19-0.22 (at batch 16 it oscillates: 0.18-0.27 on 256 images)
-#   ggan,  batch 16: 0.13-0.16
+#   ggan,  batch 16: 0.13-0.17
 LEARNED = 0.3
 LEARN_ITERS = 300
 EVAL_IMAGES = 128
