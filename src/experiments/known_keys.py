@@ -54,10 +54,13 @@ def check_known_keys(values: dict[str, Any], choices: dict[str, str]) -> None:
 
 def _refuse_unknown(prefix: str, node: dict[str, Any], known: frozenset[str], where: str) -> None:
     for key in sorted(set(node) - known):
-        close = difflib.get_close_matches(key, sorted(known), n=1)
-        hint = (
-            f"did you mean {prefix}{close[0]}?"
-            if close
-            else "valid keys: " + ", ".join(f"{prefix}{k}" for k in sorted(known))
-        )
+        hint = nearest(key, sorted(known), prefix, "valid keys: ")
         raise ConfigError(f"{prefix}{key}", node[key], f"not a key of {where}; {hint}")
+
+
+def nearest(key: str, names: list[str], prefix: str, listing: str) -> str:
+    """'did you mean <prefix><closest>?', or `listing` followed by every valid name."""
+    close = difflib.get_close_matches(key, names, n=1)
+    if close:
+        return f"did you mean {prefix}{close[0]}?"
+    return listing + ", ".join(f"{prefix}{name}" for name in names)

@@ -22,7 +22,7 @@ from spikingjelly.activation_based.precision import PrecisionConfig
 from experiments import data as data_group
 from experiments import validation as check
 from experiments.errors import ConfigError
-from experiments.known_keys import check_known_keys
+from experiments.known_keys import check_known_keys, nearest
 from experiments.launchers import launcher_module
 from experiments.models import capabilities, instantiate_model_config, parameter_count
 from experiments.models.gan import is_gan
@@ -232,18 +232,20 @@ def _folder_classes(cfg: DictConfig, data: dict[str, Any]) -> DictConfig:
             f"{train} has {len(names)} class folders ({shown}); set data.num_classes="
             f"{len(names)} or leave it null to read it from the folders",
         )
-    cfg = copy.deepcopy(cfg)
-    with open_dict(cfg):
-        cfg.data.num_classes = len(names)
-    return cfg
+    return _with_data_value(cfg, "num_classes", len(names))
 
 
 def _placeholder_root_for_dry_run(cfg: DictConfig) -> DictConfig:
     if not cfg.get("dry_run") or "data" not in cfg or not OmegaConf.is_missing(cfg.data, "root"):
         return cfg
+    return _with_data_value(cfg, "root", ROOT_PLACEHOLDER)
+
+
+def _with_data_value(cfg: DictConfig, key: str, value: Any) -> DictConfig:
+    """A copy of the composed config with one data key filled in (the caller's stays as is)."""
     cfg = copy.deepcopy(cfg)
     with open_dict(cfg):
-        cfg.data.root = ROOT_PLACEHOLDER
+        cfg.data[key] = value
     return cfg
 
 
@@ -315,7 +317,6 @@ def _check_arguments(cls: type, kwargs: dict[str, Any], prefix: str, skip: int) 
     """The class's own signature decides: an argument it does not take, or a required one
     that is missing, is refused before launch (not a TypeError once the run exists).
     `skip` leading parameters (the optimizer's params, the scheduler's optimizer) are ours."""
-    import difflib
     import inspect
 
     parameters = list(inspect.signature(cls.__init__).parameters.values())[1 + skip :]
@@ -324,8 +325,7 @@ def _check_arguments(cls: type, kwargs: dict[str, Any], prefix: str, skip: int) 
     names = [p.name for p in parameters if p.kind is not inspect.Parameter.VAR_POSITIONAL]
     for key, value in kwargs.items():
         if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f"did you mean {prefix}{close[0]}?" if close else "it takes " + ", ".join(names)
+            hint = nearest(key, names, prefix, "it takes ")
             raise ConfigError(f"{prefix}{key}", value, f"not an argument of {cls.__name__}; {hint}")
     for parameter in parameters:
         if parameter.default is inspect.Parameter.empty and parameter.name not in kwargs:
