@@ -22,6 +22,9 @@ MEASURES = [  # every row of the table, in order
     "dry run (sew_resnet18) / vision + sew_resnet import",
     "wall times (s), medians",
     *(f"{t}: images/s" for t in TOPOLOGIES),
+    "experiments-report at 1000 points (s)",
+    "report update after a point at 1000 points (ms)",
+    "per-point overhead of a local sweep / import torch",
 ]
 
 

@@ -128,10 +128,12 @@ class ExperimentsCallback(Callback):
             and not distributed_env.is_worker()
             and distributed_env.rank() == 0  # one writer among a Slurm job's tasks
         ):
-            from experiments.report import write_report
+            from experiments.report import update_report
 
             try:
-                write_report(Path(config.hydra.sweep.dir))
+                update_report(
+                    Path(config.hydra.sweep.dir), point=Path(config.hydra.runtime.output_dir).name
+                )
             except Exception as error:  # a report must never turn a finished point into a failure
                 logging.getLogger(__name__).warning("sweep report not updated: %s", error)
 

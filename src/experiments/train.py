@@ -65,7 +65,7 @@ def app(cfg: DictConfig) -> float | None:
                 list(hydra_cfg.overrides.task),
                 dict(hydra_cfg.runtime.choices),
             )
-        return run(plan, cwd=hydra_cfg.runtime.cwd)
+        return run(plan, cwd=hydra_cfg.runtime.cwd, warm_points=_warm_points(cfg))
     except Exception as error:
         if hydra_cfg.mode != RunMode.MULTIRUN or distributed_env.is_worker():
             if isinstance(error, ConfigError):  # a single run's config was checked earlier
@@ -86,7 +86,12 @@ def _record_failure(run_dir: Path, overrides: list[str], error: Exception) -> No
         write_json_atomic(run_dir / "summary.json", summary)
 
 
-def run(plan: RunPlan, cwd: str) -> float | None:
+def _warm_points(cfg: DictConfig) -> bool:
+    launcher = cfg.get("launcher") or {}
+    return launcher.get("name") == "local" and bool(launcher.get("warm_points", False))
+
+
+def run(plan: RunPlan, cwd: str, warm_points: bool = False) -> float | None:
     previous = read_summary(plan.run_dir)
     if previous and plan.extensions:
         # Recorded before any process starts, so torchrun ranks and Slurm tasks (whose own
@@ -104,7 +109,7 @@ def run(plan: RunPlan, cwd: str) -> float | None:
         return value
     child = _child_command(plan)
     if child is not None:
-        return _launch_child(plan, child)
+        return _launch_child(plan, child, warm_points)
     recorder = RunRecorder(
         plan.run_dir, _summary(plan, cwd, previous), enabled=distributed_env.rank() == 0
     )
@@ -143,11 +148,18 @@ def _child_command(plan: RunPlan) -> list[str] | None:
     return None
 
 
-def _launch_child(plan: RunPlan, command: list[str]) -> float | None:
-    """The children share this run directory; rank 0 among them writes the record."""
+def _launch_child(plan: RunPlan, command: list[str], warm_points: bool = False) -> float | None:
+    """The children share this run directory; rank 0 among them writes the record. A local
+    sweep's point runs in a fork of the sweep's warm process (launchers/warm_points.py)."""
     env = {**os.environ, distributed_env.WORKER_ENV: "1", COMMAND_ENV: user_command()}
     log.info("launching: %s", shlex.join(plan.launch_command))
-    returncode = subprocess.run(command, env=env, check=False).returncode
+    if warm_points and command[1:3] == ["-m", "experiments.train"]:
+        from experiments.launchers import warm_points as warm
+
+        argv = ["experiments-train", *command[3:]]
+        returncode = warm.run_point(plan.engine, argv, env, os.getcwd())
+    else:
+        returncode = subprocess.run(command, env=env, check=False).returncode
     summary = read_summary(plan.run_dir) or {}
     if returncode != 0:
         error = RuntimeError(
@@ -203,6 +215,8 @@ def _summary(plan: RunPlan, cwd: str, previous: dict[str, Any] | None) -> dict[s
         extensions=(previous or {}).get("extensions", []),
         # torchrun restarts after a rank died (launcher.max_restarts); 0 elsewhere
         restarts=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        # the warm process this sweep point was forked from (launcher.warm_points); else null
+        warm_worker=int(os.environ.get("EXPERIMENTS_WARM_WORKER", "0")) or None,
     )
     if distributed_env.in_slurm_job():
         from experiments.launchers import slurm

@@ -6,6 +6,7 @@ import sys
 
 import torch
 
+from experiments.errors import ConfigError
 from experiments.launchers.child import run_dir_overrides
 
 
@@ -18,7 +19,9 @@ def has_cuda(launcher: dict) -> bool:
 
 
 def validate(launcher: dict) -> None:
-    """Nothing to check: the local launcher has no settings."""
+    warm = launcher.get("warm_points", False)
+    if not isinstance(warm, bool):
+        raise ConfigError("launcher.warm_points", warm, "true or false")
 
 
 def command(launcher: dict, overrides: list[str], run_dir: str) -> list[str]:

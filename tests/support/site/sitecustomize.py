@@ -4,11 +4,15 @@ folder on a child's PYTHONPATH; the package itself reads no fault switch.
 EXPERIMENTS_TEST_KILL_DURING_SAVE=N: the process SIGKILLs itself while saving the step-N
 checkpoint, after its shard is on disk in the hidden `.step_N.partial` folder and before the
 checkpoint is sealed (meta.json, rename): a crash in the middle of a save.
+
+EXPERIMENTS_TEST_KILL_POINT=NAME: the run whose directory is named NAME (a sweep point, e.g.
+"1") SIGKILLs itself when it saves its first checkpoint: a point that crashes hard.
 """
 
 import os
 
 _KILL_DURING_SAVE = os.environ.get("EXPERIMENTS_TEST_KILL_DURING_SAVE")
+_KILL_POINT = os.environ.get("EXPERIMENTS_TEST_KILL_POINT")
 
 
 def _kill_during_save(kill_step: int) -> None:
@@ -43,3 +47,25 @@ def _kill_during_save(kill_step: int) -> None:
 
 if _KILL_DURING_SAVE:
     _kill_during_save(int(_KILL_DURING_SAVE))
+
+
+def _kill_point(name: str) -> None:
+    import functools
+    import signal
+    from pathlib import Path
+
+    from experiments.run import checkpoint
+
+    original = checkpoint.save
+
+    @functools.wraps(original)
+    def save(root, *args, **kwargs):
+        if Path(root).parent.name == name:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(root, *args, **kwargs)
+
+    checkpoint.save = save
+
+
+if _KILL_POINT:
+    _kill_point(_KILL_POINT)

@@ -1,0 +1,243 @@
+"""Sweep report: a table and figures built from the run directories alone.
+
+`experiments-report <sweep dir>` rebuilds it at any time (also for Slurm sweeps whose jobs end
+hours apart); the sweep callbacks update it after every point. Writes report.csv, report.md,
+metric_vs_<key>.png (one per swept key), learning_curves.png and, for an Optuna search,
+Optuna's own figures into the sweep directory.
+
+Cost stays linear over a sweep: points are read through an index that parses only what changed
+(points.py), and the per-point update redraws the figures at most every FIGURE_INTERVAL_S
+seconds; the end of the sweep and `experiments-report` always draw them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from experiments.report import figures as figs
+from experiments.report.families import GAN, SNN, Family, family
+from experiments.report.points import PointIndex
+
+__all__ = ["GAN", "SNN", "format_outcome", "format_run", "update_report", "write_report"]
+
+FIGURE_INTERVAL_S = 60.0
+
+
+def swept_keys(points: list[dict[str, Any]]) -> list[str]:
+    """Keys whose value differs between points (all of them for a single point)."""
+    keys: list[str] = []
+    for point in points:
+        keys += [k for k in point["overrides"] if k not in keys and not k.startswith("hydra.")]
+    if len(points) < 2:
+        return keys
+    return [k for k in keys if len({p["overrides"].get(k) for p in points}) > 1]
+
+
+def rows(points: list[dict[str, Any]], keys: list[str], fam: Family = SNN) -> list[dict[str, Any]]:
+    table = []
+    for point in points:
+        summary = point["summary"]
+        metrics = summary.get("metrics") or {}
+        row: dict[str, Any] = {"point": point["point"]}
+        row.update({key: point["overrides"].get(key, "") for key in keys})
+        row["status"] = summary.get("status", "unknown")
+        row.update({name: metrics.get(name, "") for name in fam.metrics})
+        row["wall_time_s"] = summary.get("wall_time_s", "")
+        slurm = summary.get("slurm") or {}
+        row["slurm_job"] = slurm.get("job_id", "")
+        row["slurm_log"] = slurm.get("stderr", "") if row["status"] == "failed" else ""
+        row["seed"] = summary.get("seed", "")
+        row["error"] = (
+            (summary.get("error") or "").splitlines()[0][:160] if summary.get("error") else ""
+        )
+        table.append(row)
+    return table
+
+
+def update_report(sweep_dir: Path, point: str | None = None) -> dict[str, Any]:
+    """After one point (named by `point`, its directory's name): the tables always, the
+    figures when the last drawing is older than FIGURE_INTERVAL_S."""
+    return write_report(sweep_dir, figures=None, point=point)
+
+
+def write_report(
+    sweep_dir: Path, figures: bool | None = True, point: str | None = None
+) -> dict[str, Any]:
+    """Rebuild the report files; returns counts and the best and worst points. `figures`
+    None: draw them only if the last drawing is older than FIGURE_INTERVAL_S."""
+    sweep_dir = Path(sweep_dir)
+    index = PointIndex(sweep_dir)
+    points = index.refresh(changed=point)
+    if figures is None:
+        figures = time.time() - (index.get("figures_at") or 0.0) >= FIGURE_INTERVAL_S
+    keys = swept_keys(points)
+    fam = family(points)
+    table = rows(points, keys, fam)
+    columns = ["point", *keys, "status", *fam.metrics, "wall_time_s", "seed", "error"]
+    if any(row["slurm_job"] for row in table):
+        columns += ["slurm_job", "slurm_log"]
+    with open(sweep_dir / "report.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(table)
+    objective = fam.objective
+    by_name = {row["point"]: row for row in table}
+    ranked = [by_name[p["point"]] for p, _ in figs.scored(points, fam)]
+    best, worst = (ranked[0], ranked[-1]) if ranked else (None, None)
+    counts = {
+        status: sum(r["status"] == status for r in table)
+        for status in sorted({r["status"] for r in table})
+    }
+    plots = [p.name for p in sorted(sweep_dir.glob("*.png"))]
+    if figures:
+        for stale in sweep_dir.glob("metric_vs_*.png"):  # the swept keys may have changed
+            stale.unlink(missing_ok=True)  # another job's report writer may have removed it
+        plots = figs.draw(sweep_dir, points, keys, fam) if points else []
+        plots += _optuna_figures(sweep_dir)
+        index.set("figures_at", time.time())
+    index.save()
+    (sweep_dir / "report.md").write_text(
+        _markdown(sweep_dir, columns, table, counts, ranked, plots, fam), encoding="utf-8"
+    )
+    return {
+        "objective": objective,
+        "points": len(table),
+        "counts": counts,
+        "best": best,
+        "worst": worst,
+        "top": ranked[: figs.TOP_K],
+        "failed": [r for r in table if r["status"] == "failed"],
+        "rows": table,
+        "figures": plots,
+    }
+
+
+def _optuna_figures(sweep_dir: Path) -> list[str]:
+    """Optuna's own figures of a search whose study is stored in the sweep directory."""
+    if not (sweep_dir / "optuna.db").exists():
+        return []
+    from experiments.sweepers.optuna_figures import write_optuna_figures
+
+    return write_optuna_figures(sweep_dir)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value).replace("|", "\\|")
+
+
+def _markdown(
+    sweep_dir: Path,
+    columns: list[str],
+    table: list[dict[str, Any]],
+    counts: dict[str, int],
+    ranked: list[dict[str, Any]],
+    plots: list[str],
+    fam: Family = SNN,
+) -> str:
+    objective = fam.objective
+    lines = [
+        f"# Sweep report: {sweep_dir}",
+        "",
+        ", ".join(f"{n} {status}" for status, n in counts.items()) or "no points yet",
+        "",
+    ]
+    if ranked:
+        best, worst = ranked[0], ranked[-1]
+        lines += [
+            f"Best {objective}: {best[objective]:.4f} (point {best['point']}); worst: "
+            f"{worst[objective]:.4f} (point {worst['point']}); margin "
+            f"{abs(best[objective] - worst[objective]):.4f}"
+            f" ({'higher' if fam.higher_is_better else 'lower'} is better).",
+            "",
+        ]
+    if len(table) > figs.TOP_K and ranked:
+        lines += [f"## Top {min(figs.TOP_K, len(ranked))} by {objective}", ""]
+        lines += [*_table(columns, ranked[: figs.TOP_K]), "", "## All points", ""]
+    lines += _table(columns, table)
+    lines += ["", *(f"![{name.removesuffix('.png')}]({name})" for name in plots)]
+    return "\n".join(lines) + "\n"
+
+
+def _table(columns: list[str], table: list[dict[str, Any]]) -> list[str]:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return lines + ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for row in table]
+
+
+def format_outcome(sweep_dir: Path, outcome: dict[str, Any]) -> str:
+    counts = ", ".join(f"{n} {status}" for status, n in outcome["counts"].items())
+    lines = [
+        f"Sweep {sweep_dir}: {outcome['points']} points ({counts}); report: "
+        f"{sweep_dir / 'report.md'}"
+    ]
+    if outcome["best"] is not None:
+        objective = outcome["objective"]
+        lines.append(
+            f"  best {objective} {outcome['best'][objective]:.4f} at point "
+            f"{outcome['best']['point']}"
+        )
+    for row in outcome["rows"]:
+        if row["slurm_job"]:
+            lines.append(
+                f"  point {row['point']}: Slurm job {row['slurm_job']} {row['status']}, "
+                f"{sweep_dir / row['point']}"
+            )
+    for row in outcome["failed"]:
+        log = f" (Slurm log: {row['slurm_log']})" if row.get("slurm_log") else ""
+        lines.append(f"  FAILED point {row['point']}: {row['error']}{log}")
+    return "\n".join(lines)
+
+
+def format_run(run_dir: Path) -> str:
+    """One run's record in a few lines: what ran, how it ended, its final metrics."""
+    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    lines = [
+        f"Run {run_dir}: {summary.get('status')} "
+        f"({summary.get('model')} on {summary.get('data')}, {summary.get('topology')}, "
+        f"{summary.get('launcher')}, world size {summary.get('world_size')})"
+    ]
+    if summary.get("error"):
+        lines.append(f"  error         {summary['error']}")
+    for key, value in (summary.get("metrics") or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            lines.append(
+                f"  {key:<13} {value:.4f}" if isinstance(value, float) else f"  {key:<13} {value}"
+            )
+    if summary.get("wall_time_s") is not None:
+        lines.append(f"  wall time     {summary['wall_time_s']:.1f} s")
+    lines.append(f"  command       {summary.get('command')}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="experiments-report", description=__doc__)
+    parser.add_argument(
+        "sweep_dir",
+        type=Path,
+        help="a multirun directory (holds 0/, 1/, ...), or one run's directory (summarised)",
+    )
+    args = parser.parse_args(argv)
+    if not args.sweep_dir.is_dir():
+        parser.error(f"no such directory: {args.sweep_dir}")
+    if (args.sweep_dir / "summary.json").is_file():
+        print(format_run(args.sweep_dir))  # one run: summarise it, write nothing into it
+        return
+    if not any(p.is_dir() and p.name.isdigit() for p in args.sweep_dir.iterdir()):
+        parser.error(
+            f"{args.sweep_dir} is neither a sweep directory (no 0/, 1/, ...) nor a run "
+            "directory (no summary.json)"
+        )
+    outcome = write_report(args.sweep_dir)
+    print(format_outcome(args.sweep_dir, outcome))
+    sys.exit(1 if outcome["failed"] else 0)
+
+
+if __name__ == "__main__":
+    main()

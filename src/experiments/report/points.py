@@ -1,0 +1,181 @@
+"""A sweep's points, read from their run directories through an index that makes updates cheap.
+
+A report is rebuilt after every point of a sweep, so reading all N points' records each time
+would cost O(N) file parses per point and O(N^2) over the sweep. The index
+(`<sweep>/.report_index.json`) keeps what the report needs of each point (its summary's
+fields, its overrides and down-sampled learning curves) with the sizes and mtimes of the files
+they came from; an update stats every point (cheap) and parses only the points that changed.
+The run directories stay the truth: delete the index and the next report rebuilds it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+INDEX = ".report_index.json"
+INDEX_VERSION = 2
+LOGS = {  # the learning-curve columns a figure may need, for both model families
+    "metrics.jsonl": ("epoch", "step", "val_accuracy", "loss_gen", "loss_disc"),
+    "steps.jsonl": ("step", "loss"),
+}
+MAX_CURVE_POINTS = 200  # longer curves are down-sampled evenly (the last record always kept)
+SUMMARY_FIELDS = ("status", "engine", "metrics", "wall_time_s", "slurm", "seed", "error")
+FINAL = ("completed", "failed")
+
+
+class PointIndex:
+    """The index of one sweep directory: read once, refreshed, saved if anything changed."""
+
+    def __init__(self, sweep_dir: Path) -> None:
+        self.sweep_dir = Path(sweep_dir)
+        self.path = self.sweep_dir / INDEX
+        self.data = _read_index(self.path)
+        self.data.setdefault("points", {})
+        self.dirty = False
+
+    def get(self, key: str) -> Any:
+        return self.data.get(key)
+
+    def set(self, key: str, value: Any) -> None:
+        self.data[key] = value
+        self.dirty = True
+
+    def refresh(self, changed: str | None = None) -> list[dict[str, Any]]:
+        """Every point with a summary.json, in point order. `changed` names the one point
+        known to have changed (a sweep's update after that point): then only it, points new
+        to the index and points not yet finished are looked at; otherwise all are."""
+        cached: dict[str, Any] = self.data["points"]
+        fresh: dict[str, Any] = {}
+        for name in sorted(_run_dir_names(self.sweep_dir), key=_point_order):
+            entry = cached.get(name)
+            if (
+                changed is not None
+                and entry is not None
+                and name != changed
+                and entry["summary"].get("status") in FINAL
+            ):
+                fresh[name] = entry
+                continue
+            run_dir = os.path.join(self.sweep_dir, name)
+            stamp = _stamp(run_dir)
+            if stamp is None:
+                continue
+            if entry is None or entry["stamp"] != stamp:
+                entry = _read_point(run_dir, stamp)
+                self.dirty = True
+                if entry is None:
+                    continue
+            fresh[name] = entry
+        if fresh.keys() != cached.keys():
+            self.dirty = True
+        self.data["points"] = fresh
+        return [
+            {**entry, "point": name, "run_dir": self.sweep_dir / name}
+            for name, entry in fresh.items()
+        ]
+
+    def save(self) -> None:
+        """Atomic: a Slurm job's report writer and the login process's may race; either
+        wins, and the loser's points are picked up by the next refresh."""
+        if not self.dirty:
+            return
+        temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(self.data, separators=(",", ":")), encoding="utf-8")
+        os.replace(temporary, self.path)
+        self.dirty = False
+
+
+def load_points(sweep_dir: Path) -> list[dict[str, Any]]:
+    """Every point of a sweep directory (refreshing and saving its index)."""
+    index = PointIndex(sweep_dir)
+    points = index.refresh()
+    index.save()
+    return points
+
+
+def curve(run_dir: Path, log: str) -> dict[str, list[Any]]:
+    """A run's log as columns (None where a record lacks one), down-sampled evenly. Read
+    from the run directory when a figure is drawn, not kept in the index."""
+    columns = LOGS[log]
+    try:
+        lines = (run_dir / log).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return {}
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:  # a line being appended right now
+            continue
+    if len(records) > MAX_CURVE_POINTS:
+        stride = len(records) / MAX_CURVE_POINTS
+        records = [records[int(i * stride)] for i in range(MAX_CURVE_POINTS - 1)] + records[-1:]
+    return {
+        column: [r.get(column) for r in records]
+        for column in columns
+        if any(column in r for r in records)
+    }
+
+
+def _run_dir_names(sweep_dir: Path) -> list[str]:
+    with os.scandir(sweep_dir) as entries:
+        return [e.name for e in entries if not e.name.startswith(".") and e.is_dir()]
+
+
+def _point_order(name: str) -> tuple[int, str]:
+    return (int(name), name) if name.isdigit() else (sys.maxsize, name)
+
+
+def _stamp(run_dir: str) -> list[int] | None:
+    """Size and mtime of the summary and the logs: any write to them changes it."""
+    stamp: list[int] = []
+    for name in ("summary.json", *LOGS):
+        try:
+            stat = os.stat(os.path.join(run_dir, name))
+        except OSError:
+            if name == "summary.json":
+                return None
+            stamp += [0, 0]
+            continue
+        stamp += [stat.st_size, stat.st_mtime_ns]
+    return stamp
+
+
+def _read_point(run_dir: str, stamp: list[int]) -> dict[str, Any] | None:
+    try:
+        with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as handle:
+            summary = json.load(handle)
+    except (OSError, ValueError):  # being written by another process: next update reads it
+        return None
+    overrides = summary.get("overrides") or _hydra_overrides(Path(run_dir))
+    return {
+        "stamp": stamp,
+        "summary": {key: summary[key] for key in SUMMARY_FIELDS if key in summary},
+        "overrides": dict(_split(o) for o in overrides if "=" in o),
+    }
+
+
+def _hydra_overrides(run_dir: Path) -> list[str]:
+    path = run_dir / ".hydra" / "overrides.yaml"
+    if not path.exists():
+        return []
+    import yaml
+
+    return list(yaml.safe_load(path.read_text(encoding="utf-8")) or [])
+
+
+def _split(override: str) -> tuple[str, str]:
+    key, _, value = override.partition("=")
+    return key.lstrip("+~"), value
+
+
+def _read_index(path: Path) -> dict[str, Any]:
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"version": INDEX_VERSION}
+    return index if index.get("version") == INDEX_VERSION else {"version": INDEX_VERSION}

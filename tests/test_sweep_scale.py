@@ -1,0 +1,158 @@
+"""Sweeps at search scale: a 1000-point report that stays cheap and readable, and local points
+that run warm (forked from one process that imported everything once) yet isolated."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import matplotlib
+import pytest
+from PIL import Image
+
+from bench.sweep_records import make_sweep
+from bench.sweep_scale import POINT  # one tiny SNN point (1 step)
+from experiments.report import figures, update_report, write_report
+from experiments.report.families import SNN
+from experiments.report.points import INDEX, PointIndex
+
+from .conftest import REPO, read_jsonl, run_cli
+
+matplotlib.use("Agg")
+
+
+@pytest.fixture(scope="module")
+def big_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """1000 points: copies of a real run's records (no training), reported once."""
+    sweep = make_sweep(tmp_path_factory.mktemp("big") / "sweep", 1000, seed=3)
+    write_report(sweep)
+    return sweep
+
+
+def _expected(sweep: Path) -> tuple[list[str], str, float]:
+    """Read back from the run directories without the report's code: the points, and the
+    best completed point by val_accuracy."""
+    summaries = {
+        p.name: json.loads((p / "summary.json").read_text())
+        for p in sweep.iterdir()
+        if p.is_dir() and p.name.isdigit()
+    }
+    done = {
+        n: s["metrics"]["val_accuracy"] for n, s in summaries.items() if s["status"] == "completed"
+    }
+    best = max(done, key=done.__getitem__)
+    return sorted(summaries, key=int), best, done[best]
+
+
+def test_a_1000_point_report_has_every_row_and_the_best_point(big_sweep: Path) -> None:
+    names, best, best_value = _expected(big_sweep)
+    with open(big_sweep / "report.csv", newline="") as handle:
+        table = list(csv.DictReader(handle))
+    assert [row["point"] for row in table] == names
+    assert {"optimizer.lr", "model.width"} <= set(table[0])
+    failed = [row for row in table if row["status"] == "failed"]
+    assert 0 < len(failed) < 100 and all(row["error"] for row in failed)
+    markdown = (big_sweep / "report.md").read_text()
+    assert f"Best val_accuracy: {best_value:.4f} (point {best})" in markdown
+    top = markdown.split("## Top 5 by val_accuracy")[1].split("## All points")[0]
+    assert top.count("| completed |") == 5 and f"| {best} |" in top
+
+
+def test_figures_are_written_and_sized(big_sweep: Path) -> None:
+    for name, size in [
+        ("learning_curves.png", (1210, 462)),
+        ("metric_vs_optimizer.lr.png", (704, 462)),
+        ("metric_vs_model.width.png", (704, 462)),
+    ]:
+        image = Image.open(big_sweep / name)
+        assert image.size == size, name
+        # A drawn figure, not an empty canvas: many distinct colours.
+        assert len(image.convert("RGB").getcolors(maxcolors=1 << 16) or []) > 200, name
+    assert "![learning_curves](learning_curves.png)" in (big_sweep / "report.md").read_text()
+
+
+def test_figures_stay_readable_at_1000_points(big_sweep: Path) -> None:
+    """Top-5 legends over a faint cloud; a scatter on a log axis for the sampled learning
+    rate (no line through random values); boxes for the 3 widths; the best points starred."""
+    import matplotlib.pyplot as plt
+
+    points = PointIndex(big_sweep).refresh()
+    ranked = figures.scored(points, SNN)
+    _, axes = plt.subplots(1, 2)
+    figures._curves(axes, points, ["optimizer.lr", "model.width"], ranked, SNN)
+    for axis in axes:
+        labels = axis.get_legend_handles_labels()[1]
+        assert labels[0].startswith(f"{ranked[0][0]['point']}: ") and len(labels) == 5
+        assert "top 5 of 1000" in axis.get_title()
+        (cloud,) = axis.collections  # the other points: one faint, unlabelled collection
+        assert len(cloud.get_segments()) >= 990 and cloud.get_label().startswith("_")
+    _, axis = plt.subplots()
+    figures._key_panel(axis, "optimizer.lr", ranked, SNN)
+    assert axis.get_xscale() == "log" and not axis.lines
+    assert [c.get_label() for c in axis.collections] == [f"{len(ranked)} completed points", "top 5"]
+    _figure, axis = plt.subplots()
+    figures._key_panel(axis, "model.width", ranked, SNN)
+    assert [t.get_text() for t in axis.get_xticklabels()] == ["16", "32", "64"]
+    assert len([p for p in axis.patches] + axis.lines) >= 3  # box + whiskers per width
+    plt.close("all")
+
+
+def test_an_update_after_a_point_reads_only_that_point(big_sweep: Path, tmp_path: Path) -> None:
+    """The per-point update is linear over a sweep: it parses the summary of the point that
+    finished (and of points new to the index), not the other 999."""
+    sweep = shutil.copytree(big_sweep, tmp_path / "sweep")
+    changed = sweep / "500" / "summary.json"
+    summary = json.loads(changed.read_text())
+    summary.update(status="completed", metrics={**summary.get("metrics", {}), "val_accuracy": 1.0})
+    changed.write_text(json.dumps(summary))
+    opened: list[str] = []
+
+    def audit(event: str, args: tuple) -> None:
+        if event == "open" and str(args[0]).endswith("summary.json"):
+            opened.append(str(args[0]))
+
+    sys.addaudithook(audit)
+    outcome = update_report(sweep, point="500")
+    reads, opened[:] = list(opened), []
+    write_report(sweep, figures=False)  # a full rebuild stats everything, reads what changed
+    full_reads, opened[:] = list(opened), []
+    assert reads == [str(changed)] and full_reads == []
+    assert outcome["best"]["point"] == "500" and outcome["points"] == 1000
+    # The run directories stay the truth: without the index the same report comes back.
+    (sweep / INDEX).unlink()
+    assert write_report(sweep, figures=False)["best"]["point"] == "500"
+
+
+@pytest.mark.slow
+def test_warm_points_fork_from_one_process_and_a_crash_fails_only_its_point(
+    tmp_path: Path,
+) -> None:
+    """Three identical points in one warm worker; point 1 SIGKILLs itself (test-only fault
+    injection). Points 0 and 2 complete on the same losses as a cold single run."""
+    site = str(REPO / "tests" / "support" / "site")
+    env = {
+        "EXPERIMENTS_TEST_KILL_POINT": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")])),
+    }
+    sweep = tmp_path / "sweep"
+    result = run_cli(
+        ["-m", *POINT, "seed=5,5,5", f"hydra.sweep.dir={sweep}"], cwd=tmp_path, env=env
+    )
+    assert result.returncode == 1, result.stderr[-3000:]  # a failed point fails the sweep
+    summaries = {n: json.loads((sweep / n / "summary.json").read_text()) for n in "012"}
+    assert [summaries[n]["status"] for n in "012"] == ["completed", "failed", "completed"]
+    assert "status -9" in summaries["1"]["error"] or "-9" in summaries["1"]["error"]
+    workers = {summaries[n]["warm_worker"] for n in "02"}
+    assert len(workers) == 1 and None not in workers  # forked from one warm process
+    cold = tmp_path / "cold"
+    single = run_cli([*POINT, "seed=5", f"hydra.run.dir={cold}"], cwd=tmp_path)
+    assert single.returncode == 0, single.stderr[-3000:]
+    assert json.loads((cold / "summary.json").read_text())["warm_worker"] is None
+    losses = [
+        [r["loss"] for r in read_jsonl(d / "steps.jsonl")] for d in (sweep / "0", sweep / "2", cold)
+    ]
+    assert losses[0] == losses[1] == losses[2] and len(losses[0]) == 1
