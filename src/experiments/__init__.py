@@ -20,7 +20,8 @@ def _log_name(job_name: str) -> str:
 def _sweep_id() -> str:
     """Name of a sweep's directory, derived from its command line: re-running the same sweep
     finds its earlier points (completed ones are skipped, interrupted ones resume). The order
-    of the overrides and `dry_run` do not count: a dry run previews the real run's directory."""
+    of the overrides, `dry_run` and a search's budget (`hydra.sweeper.n_trials`) do not count:
+    a dry run previews the real run's directory, and a larger budget continues the same study."""
     import hashlib
     import re
     import sys
@@ -29,7 +30,9 @@ def _sweep_id() -> str:
         a
         for a in sys.argv[1:]
         if a not in ("-m", "--multirun")
-        and not a.startswith(("hydra.sweep.", "hydra/launcher", "dry_run="))
+        and not a.startswith(
+            ("hydra.sweep.", "hydra/launcher", "dry_run=", "hydra.sweeper.n_trials=")
+        )
     )
     digest = hashlib.sha1("\0".join(words).encode()).hexdigest()[:8]
     # Only characters that need no quoting in a path or in a Hydra override.

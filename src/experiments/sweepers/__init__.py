@@ -1,0 +1,1 @@
+"""Sweepers of our own: an Optuna search that keeps its study in the sweep directory."""

@@ -1,0 +1,207 @@
+"""An Optuna search that an interruption does not lose (conf/hydra/sweeper/optuna_resumable.yaml).
+
+The stock hydra-optuna-sweeper plugin keeps its study in memory by default, runs `n_trials`
+more trials each time it is started, numbers the job directories from 0 again (a re-run
+would overwrite the earlier trials' run directories) and aborts the whole search on the
+first trial that fails (our sweep points return NaN when they fail). Here:
+
+- the study lives in the sweep directory (`storage: sqlite:///<sweep dir>/optuna.db`), and
+  the sweep directory is named after the command line: the same command finds the same study;
+- `n_trials` is the study's total budget: a re-run runs only the trials still missing;
+- the run directory of a trial is its trial number, so directories continue where the
+  interrupted search stopped and none is reused;
+- trials an interrupted (killed) search left RUNNING are marked FAIL (user attribute
+  `interrupted`) and do not count against the budget; one whose run had already completed
+  (it was killed before Optuna was told) is told its recorded value instead;
+- a trial whose run failed (it returned NaN, see train.py, or its job raised) is FAIL (user
+  attribute `failure`), and the search goes on. (A Slurm job that dies makes submitit raise
+  out of the whole batch: the search stops, and its re-run fails those trials as interrupted.)
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+from hydra.core.utils import JobReturn
+from hydra_plugins.hydra_optuna_sweeper._impl import (
+    OptunaSweeperImpl,
+    create_params_from_overrides,
+)
+from omegaconf import OmegaConf
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from experiments.run.record import read_summary
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STUDY_NAME = "search"
+INTERRUPTED = "interrupted"  # user attribute of a trial whose search was killed while it ran
+FAILURE = "failure"  # user attribute: why a trial's run failed
+
+
+class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
+    def sweep(self, arguments: list[str]) -> None:
+        assert self.config is not None and self.launcher is not None
+        self._process_searchspace_config()
+        distributions, fixed = create_params_from_overrides(
+            [*self._parse_sweeper_params_config(), *arguments]
+        )
+        for name in fixed:
+            distributions.pop(name, None)
+        self.is_grid = (
+            isinstance(self.sampler, functools.partial)
+            and self.sampler.func == optuna.samplers.GridSampler
+        )
+        if self.is_grid:
+            grid = {name: self._to_grid_sampler_choices(d) for name, d in distributions.items()}
+            self.sampler = self.sampler(grid)
+            self.n_trials = min(self.n_trials, math.prod(len(v) for v in grid.values()))
+        directions = self._get_directions()
+        study = self._open_study(directions)
+
+        self._settle_interrupted(study, len(directions))
+        earlier = study.get_trials(deepcopy=False)
+        if earlier:
+            # A seeded sampler would draw its first start-up points again, those of the trials
+            # already in the study: continue from another random state.
+            self.sampler.reseed_rng()
+        done = sum(counts_against_budget(t) for t in earlier)
+        to_go = max(self.n_trials - done, 0)
+        log.info(
+            f"Study {study.study_name!r} in {self.storage}: {done} of {self.n_trials} trials "
+            f"done, {to_go} to go (sampler {type(self.sampler).__name__}, "
+            f"directions {directions})"
+        )
+        while to_go > 0:
+            batch = [study.ask() for _ in range(min(self.n_jobs, to_go))]
+            overrides = self._configure_trials(batch, distributions, fixed)
+            for trial, ret in zip(batch, self._launch(batch, overrides), strict=True):
+                self._tell(study, trial, ret, len(directions))
+            to_go -= len(batch)
+        self._save_results(study, len(directions))
+
+    def _open_study(self, directions: list[str]) -> optuna.Study:
+        storage = self.storage
+        if isinstance(storage, str) and storage.startswith("sqlite:///"):
+            # Created here, not earlier: a dry run (callbacks.on_multirun_start) never gets here.
+            Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            init_sqlite_storage(storage)
+        return optuna.create_study(
+            study_name=self.study_name or (DEFAULT_STUDY_NAME if storage else None),
+            storage=storage,
+            sampler=self.sampler,
+            directions=directions,
+            load_if_exists=True,
+        )
+
+    def _launch(self, batch: list[Trial], overrides: list[Any]) -> list[JobReturn]:
+        """Each trial runs in the run directory named after its number. A batch asked by this
+        process has consecutive numbers; should it not (another process asking from the same
+        study), its trials are launched one by one."""
+        first = batch[0].number
+        if [t.number for t in batch] == list(range(first, first + len(batch))):
+            return list(self.launcher.launch(overrides, initial_job_idx=first))
+        return [
+            self.launcher.launch([o], initial_job_idx=t.number)[0]
+            for t, o in zip(batch, overrides, strict=True)
+        ]
+
+    def _settle_interrupted(self, study: optuna.Study, n_objectives: int) -> None:
+        """Trials still RUNNING when the search starts belong to a search that was killed."""
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            values = _recorded_values(Path(self.config.hydra.sweep.dir) / str(trial.number))
+            if values is not None and len(values) == n_objectives:
+                log.info(f"Trial {trial.number} had completed before the interruption: {values}")
+                self._tell_state(study, trial.number, TrialState.COMPLETE, values)
+            else:
+                log.info(f"Trial {trial.number} was interrupted: marked failed")
+                study._storage.set_trial_user_attr(trial._trial_id, INTERRUPTED, True)
+                if "grid_id" in trial.system_attrs:
+                    # GridSampler counts a finished trial's grid point as visited: this one
+                    # was not, and is to be drawn again.
+                    study._storage.set_trial_system_attr(trial._trial_id, "grid_id", None)
+                self._tell_state(study, trial.number, TrialState.FAIL)
+
+    def _tell(self, study: optuna.Study, trial: Trial, ret: JobReturn, n_objectives: int) -> None:
+        """COMPLETE with the run's value(s); FAIL when the run failed. Optuna 2.10 refuses a
+        NaN value (tell raises and leaves the trial RUNNING), and the stock plugin then aborts
+        the search: a failed sweep point returns NaN (train.py), so it is a FAIL here."""
+        try:
+            returned = ret.return_value  # raises the job's exception when the job failed
+            values = [float(v) for v in (returned if n_objectives > 1 else [returned])]
+            if len(values) != n_objectives or not all(map(math.isfinite, values)):
+                raise ValueError(f"the run returned {returned!r}")
+        except Exception as error:
+            log.warning(f"Trial {trial.number} failed: {error}")
+            trial.set_user_attr(FAILURE, f"{type(error).__name__}: {error}")
+            self._tell_state(study, trial.number, TrialState.FAIL)
+            return
+        self._tell_state(study, trial.number, TrialState.COMPLETE, values)
+
+    def _tell_state(
+        self, study: optuna.Study, number: int, state: TrialState, values: Any = None
+    ) -> None:
+        try:
+            study.tell(number, state=state, values=values)
+        except RuntimeError as error:
+            # GridSampler calls study.stop() once the grid is covered, which raises outside
+            # study.optimize; the trial's state is stored before that.
+            if not (self.is_grid and "Study.stop" in str(error)):
+                raise
+
+    def _save_results(self, study: optuna.Study, n_objectives: int) -> None:
+        if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            log.warning("No trial completed: no best parameters to report")
+            return
+        if n_objectives == 1:
+            best = study.best_trial
+            results = {"name": "optuna", "best_params": best.params, "best_value": best.value}
+            log.info(f"Best parameters: {best.params}")
+            log.info(f"Best value: {best.value}")
+        else:
+            front = [{"params": t.params, "values": t.values} for t in study.best_trials]
+            results = {"name": "optuna", "solutions": front}
+            log.info(f"Number of Pareto solutions: {len(front)}")
+        OmegaConf.save(
+            OmegaConf.create(results),
+            Path(self.config.hydra.sweep.dir, "optimization_results.yaml"),
+        )
+
+
+def init_sqlite_storage(url: str) -> None:
+    """Create the storage's tables and stamp its schema version, once. Optuna 2.10 stamps
+    the version on a connection it never commits: with SQLAlchemy 2 the stamp is rolled back
+    and every later open fails (AssertionError in get_current_version). An autocommit engine
+    keeps it; the study itself then uses ordinary transactions."""
+    from optuna.storages import RDBStorage
+
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # its INFO lines at every open
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # optuna 2.10 on SQLAlchemy 2
+        RDBStorage(url, engine_kwargs={"isolation_level": "AUTOCOMMIT"}).engine.dispose()
+
+
+def counts_against_budget(trial: FrozenTrial) -> bool:
+    """Finished trials count against n_trials, except those an interruption failed."""
+    return trial.state.is_finished() and not trial.user_attrs.get(INTERRUPTED)
+
+
+def _recorded_values(run_dir: Path) -> list[float] | None:
+    """The objective a completed run recorded in its summary.json (what it returned)."""
+    summary = read_summary(run_dir)
+    if not summary or summary.get("status") != "completed":
+        return None
+    from experiments.plan import RunPlan
+    from experiments.plan_gan import OBJECTIVE as GAN_OBJECTIVE
+
+    objective = GAN_OBJECTIVE if summary.get("engine") == "mmgen" else RunPlan.objective
+    value = summary.get("metrics", {}).get(objective)
+    if not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return [float(value)]
