@@ -143,6 +143,18 @@ class ExperimentsCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         outcome = write_report(sweep_dir)
         print(format_outcome(sweep_dir, outcome))
+        if config.get("logger"):
+            from omegaconf import OmegaConf
+
+            from experiments import loggers
+
+            shipped = [sweep_dir / name for name in ("report.md", "report.csv")]
+            shipped += [sweep_dir / name for name in outcome["figures"]]
+            loggers.log_sweep_report(
+                OmegaConf.to_container(config.logger, resolve=True),
+                sweep_dir,
+                [path for path in shipped if path.exists()],
+            )
         if outcome["failed"]:
             sys.exit(1)
 

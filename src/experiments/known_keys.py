@@ -20,7 +20,7 @@ from experiments.errors import ConfigError
 # Groups whose keys are fixed by their option's yaml file.
 CLOSED_GROUPS = ("trainer", "topology", "launcher")
 # Top-level keys that are not config groups (conf/train.yaml) plus the groups themselves.
-GROUPS = ("model", "data", "topology", "launcher", "optimizer", "trainer")
+GROUPS = ("model", "data", "topology", "launcher", "optimizer", "trainer", "logger")
 
 
 @cache

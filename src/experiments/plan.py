@@ -20,6 +20,7 @@ from spikingjelly.activation_based.distributed.vision import ModelConfig, Traini
 from spikingjelly.activation_based.precision import PrecisionConfig
 
 from experiments import data as data_group
+from experiments import loggers
 from experiments import validation as check
 from experiments.errors import ConfigError
 from experiments.known_keys import check_known_keys, nearest
@@ -135,6 +136,7 @@ def build_plan(
     values = _resolve(cfg)
     run_dir = Path(run_dir)
     check_known_keys(values, choices)
+    loggers.validate(values.get("logger"))
     check.integer(values["seed"], "seed", minimum=0)
     check.choice(values["dry_run"], "dry_run", (False, True, "json"))
     extensions = check_against_record(cfg, run_dir, values.get("resume"))

@@ -20,7 +20,7 @@ from typing import Any
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from experiments import callbacks, distributed_env
 from experiments.callbacks import print_config_error
@@ -65,7 +65,13 @@ def app(cfg: DictConfig) -> float | None:
                 list(hydra_cfg.overrides.task),
                 dict(hydra_cfg.runtime.choices),
             )
-        return run(plan, cwd=hydra_cfg.runtime.cwd, warm_points=_warm_points(cfg))
+        return run(
+            plan,
+            cwd=hydra_cfg.runtime.cwd,
+            warm_points=_warm_points(cfg),
+            logger=OmegaConf.to_container(cfg.get("logger") or {}, resolve=True),
+            config=OmegaConf.to_container(cfg, resolve=True),
+        )
     except Exception as error:
         if hydra_cfg.mode != RunMode.MULTIRUN or distributed_env.is_worker():
             if isinstance(error, ConfigError):  # a single run's config was checked earlier
@@ -91,7 +97,13 @@ def _warm_points(cfg: DictConfig) -> bool:
     return launcher.get("name") == "local" and bool(launcher.get("warm_points", False))
 
 
-def run(plan: RunPlan, cwd: str, warm_points: bool = False) -> float | None:
+def run(
+    plan: RunPlan,
+    cwd: str,
+    warm_points: bool = False,
+    logger: Any = None,
+    config: Any = None,
+) -> float | None:
     previous = read_summary(plan.run_dir)
     if previous and plan.extensions:
         # Recorded before any process starts, so torchrun ranks and Slurm tasks (whose own
@@ -114,6 +126,8 @@ def run(plan: RunPlan, cwd: str, warm_points: bool = False) -> float | None:
         plan.run_dir, _summary(plan, cwd, previous), enabled=distributed_env.rank() == 0
     )
     recorder.start()
+    if recorder.enabled and logger:
+        recorder.trackers = _open_trackers(plan, logger, config or {})
     try:
         metrics = _engine(plan.engine).train(plan, recorder)
     except SystemExit:  # stopped by a signal (Slurm requeue, time limit) after a checkpoint
@@ -127,10 +141,36 @@ def run(plan: RunPlan, cwd: str, warm_points: bool = False) -> float | None:
         recorder.finish("failed", error=f"{type(error).__name__}: {error}")
         log.error("run failed:\n%s", traceback.format_exc())
         raise
+    for path in _artifacts(plan, metrics):
+        recorder.artifact(path)
     recorder.finish("completed", metrics=metrics)
     if recorder.enabled:
-        _report(plan, recorder.summary)
+        _report(plan, recorder.summary, logger or {})
     return metrics.get(plan.objective)
+
+
+def _open_trackers(plan: RunPlan, logger: dict[str, Any], config: dict[str, Any]) -> list[Any]:
+    """The logger group's trackers for this run (rank 0), with the plan as an artefact."""
+    import json
+
+    from experiments import loggers
+
+    trackers = loggers.open_trackers(logger, loggers.run_info(plan, config))
+    plan_file = plan.run_dir / "plan.json"
+    plan_file.write_text(json.dumps(plan.as_dict(), indent=2, default=str), encoding="utf-8")
+    for tracker in trackers:
+        try:
+            tracker.artifact(plan_file)
+        except Exception as error:
+            log.warning("tracker %s: plan not logged (%s)", tracker.name, error)
+    return trackers
+
+
+def _artifacts(plan: RunPlan, metrics: dict[str, Any]) -> list[Path]:
+    """What a finished run hands its trackers: a GAN run's sample grids."""
+    if plan.engine != "mmgen":
+        return []
+    return sorted((plan.run_dir / "training_samples").glob("*.png"))
 
 
 def _child_command(plan: RunPlan) -> list[str] | None:
@@ -229,8 +269,9 @@ def _format(value: Any) -> str:
     return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
-def _report(plan: RunPlan, summary: dict[str, Any]) -> None:
+def _report(plan: RunPlan, summary: dict[str, Any], logger: dict[str, Any]) -> None:
     metrics = summary["metrics"]
+    trackers = _tracker_lines(plan, logger)
     if plan.engine == "mmgen":
         print(
             f"\nRun completed in {summary['wall_time_s']:.1f} s "
@@ -242,8 +283,7 @@ def _report(plan: RunPlan, summary: dict[str, Any]) -> None:
             f"  ms_ssim       {_format(metrics.get('ms_ssim'))} (generated pairs; data: "
             f"{_format(metrics.get('ms_ssim_real'))})\n"
             f"  samples       {(plan.run_dir / metrics['final_grid']).resolve()}\n"
-            f"  run directory {plan.run_dir.resolve()}\n"
-            f"  tensorboard   tensorboard --logdir {plan.run_dir.resolve()}"
+            f"  run directory {plan.run_dir.resolve()}" + trackers
         )
         return
     print(
@@ -255,9 +295,30 @@ def _report(plan: RunPlan, summary: dict[str, Any]) -> None:
         f"  train_loss    {metrics['train_loss']:.4f} (last step)\n"
         f"  images/s      {metrics['images_per_second']:.1f}\n"
         + _profile_line(metrics)
-        + f"  run directory {plan.run_dir.resolve()}\n"
-        f"  tensorboard   tensorboard --logdir {plan.run_dir.resolve()}"
+        + f"  run directory {plan.run_dir.resolve()}"
+        + trackers
     )
+
+
+def _tracker_lines(plan: RunPlan, logger: dict[str, Any]) -> str:
+    """Where to look at the run in each selected tracker."""
+    from experiments import loggers
+
+    where = loggers.sweep_of(plan.run_dir) or plan.run_dir
+    lines = []
+    if "tensorboard" in logger:
+        lines.append(f"  tensorboard   tensorboard --logdir {where.resolve()}")
+    if "mlflow" in logger:
+        from experiments.loggers import mlflow
+
+        uri = mlflow.tracking_uri(logger["mlflow"] or {}, where)
+        lines.append(f"  mlflow        mlflow ui --backend-store-uri {uri}")
+    if "wandb" in logger and (logger["wandb"] or {}).get("mode", "offline") == "offline":
+        lines.append(f"  wandb         wandb sync {plan.run_dir.resolve()}/wandb/offline-run-*")
+    if "csv" in logger:
+        folder = (logger["csv"] or {}).get("dir", "csv")
+        lines.append(f"  csv           {plan.run_dir.resolve() / folder / 'metrics.csv'}")
+    return "".join(f"\n{line}" for line in lines)
 
 
 def _profile_line(metrics: dict[str, Any]) -> str:

@@ -85,6 +85,17 @@ def _register_record_hook() -> None:
     if "ExperimentsRecordHook" in HOOKS.module_dict:
         return
 
+    from mmcv.runner.hooks.logger import WandbLoggerHook
+
+    @HOOKS.register_module()
+    class ExperimentsWandbLoggerHook(WandbLoggerHook):
+        """mmcv's W&B logger hook, except that the run stays open after training: the
+        run's final metrics and sample grids come after train_model returns, and the W&B
+        tracker (loggers/wandb.py) logs them and finishes the run."""
+
+        def after_run(self, runner: Any) -> None:
+            return None
+
     @HOOKS.register_module()
     class ExperimentsRecordHook(Hook):
         """Losses to metrics.jsonl and TensorBoard every log interval and at the last
@@ -173,6 +184,9 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
         priority="VERY_LOW",
     )
     cfg.custom_hooks = [*cfg.custom_hooks, record_hook]
+    # The logger group's trackers log per-iteration metrics through mmcv's own logger hooks.
+    tracker_hooks = [t.mmcv_hook(plan.recipe.log_interval) for t in hook_recorder.trackers]
+    cfg.log_config.hooks = [*cfg.log_config.hooks, *(h for h in tracker_hooks if h)]
     if how in ("auto_resume", "resume_from"):
         cfg.custom_hooks.append(
             dict(type="CPUResumeHook", checkpoint=str(checkpoint), priority="HIGHEST")

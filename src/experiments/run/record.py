@@ -20,7 +20,6 @@ from typing import Any
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 STEPS = "steps.jsonl"
-TENSORBOARD = "tensorboard"
 COMMAND_ENV = "EXPERIMENTS_COMMAND"  # the user's command, handed to torchrun workers
 PACKAGES = (
     "experiments",
@@ -101,11 +100,18 @@ def user_command() -> str:
 class RunRecorder:
     """Writes the record of one run. Created on every rank; only rank 0 touches the disk."""
 
-    def __init__(self, run_dir: Path, summary: dict[str, Any], enabled: bool = True) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        summary: dict[str, Any],
+        enabled: bool = True,
+        trackers: list[Any] | None = None,
+    ) -> None:
         self.run_dir = run_dir
         self.enabled = enabled
         self.summary = summary
-        self._writer: Any = None
+        # The logger group's trackers (loggers/): every metric recorded here goes to them too.
+        self.trackers: list[Any] = list(trackers or []) if enabled else []
         self._started = time.time()
 
     def start(self) -> None:
@@ -120,9 +126,35 @@ class RunRecorder:
             return
         append_jsonl(self.run_dir / METRICS, record)
         step = int(record.get("step", 0))
-        for key, value in record.items():
-            if key not in ("step", "epoch", "time") and isinstance(value, (int, float)):
-                self.scalar(f"{tag_prefix}/{key}", value, step)
+        self._track(
+            {
+                f"{tag_prefix}/{key}": value
+                for key, value in record.items()
+                if key not in ("step", "epoch", "time")
+                and isinstance(value, (int, float))
+                and not isinstance(value, bool)
+            },
+            step,
+        )
+
+    def _track(self, metrics: dict[str, float], step: int) -> None:
+        for tracker in [t for t in self.trackers if not t.uses_mmcv_hook]:
+            self._call(tracker, "log", metrics, step)
+
+    def _call(self, tracker: Any, method: str, *args: Any) -> None:
+        """A tracker that fails is dropped with one warning: it never stops the run."""
+        try:
+            getattr(tracker, method)(*args)
+        except Exception as error:
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "tracker %s failed in %s (%s); the run goes on without it",
+                tracker.name,
+                method,
+                error,
+            )
+            self.trackers.remove(tracker)
 
     def truncate_logs(self, after_step: int) -> None:
         """Keep the records of steps <= after_step (0: a fresh start keeps none)."""
@@ -140,15 +172,16 @@ class RunRecorder:
             tmp = path.with_name(f".{name}.tmp")
             tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
             os.replace(tmp, path)
+        for tracker in [t for t in self.trackers if hasattr(t, "truncate")]:
+            self._call(tracker, "truncate", after_step)
 
     def scalar(self, tag: str, value: float, step: int) -> None:
-        if not self.enabled:
-            return
-        if self._writer is None:
-            from torch.utils.tensorboard import SummaryWriter
+        if self.enabled:
+            self._track({tag: value}, step)
 
-            self._writer = SummaryWriter(str(self.run_dir / TENSORBOARD))
-        self._writer.add_scalar(tag, value, step)
+    def artifact(self, path: Path) -> None:
+        for tracker in list(self.trackers):
+            self._call(tracker, "artifact", path)
 
     def finish(
         self,
@@ -159,8 +192,6 @@ class RunRecorder:
     ) -> None:
         if not self.enabled:
             return
-        if self._writer is not None:
-            self._writer.close()
         self.summary.update(
             status=status,
             finished_at=_now(),
@@ -172,6 +203,13 @@ class RunRecorder:
         if error is not None:
             self.summary["error"] = error
         self._write_summary()
+        final = {
+            key: value
+            for key, value in (metrics or {}).items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+        }
+        for tracker in list(self.trackers):
+            self._call(tracker, "finish", status, final)
 
     def _write_summary(self) -> None:
         write_json_atomic(self.run_dir / SUMMARY, self.summary)

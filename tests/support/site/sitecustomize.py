@@ -5,6 +5,9 @@ EXPERIMENTS_TEST_KILL_DURING_SAVE=N: the process SIGKILLs itself while saving th
 checkpoint, after its shard is on disk in the hidden `.step_N.partial` folder and before the
 checkpoint is sealed (meta.json, rename): a crash in the middle of a save.
 
+EXPERIMENTS_TEST_HIDE_MODULES=a,b: those top-level packages cannot be found or imported, as on
+a machine where they are not installed.
+
 EXPERIMENTS_TEST_KILL_POINT=NAME: the run whose directory is named NAME (a sweep point, e.g.
 "1") SIGKILLs itself when it saves its first checkpoint: a point that crashes hard.
 """
@@ -69,3 +72,22 @@ def _kill_point(name: str) -> None:
 
 if _KILL_POINT:
     _kill_point(_KILL_POINT)
+
+
+_HIDE = os.environ.get("EXPERIMENTS_TEST_HIDE_MODULES")
+
+
+def _hide(names: set[str]) -> None:
+    import sys
+
+    class Hidden:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in names:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+    sys.meta_path.insert(0, Hidden())
+
+
+if _HIDE:
+    _hide(set(_HIDE.split(",")))

@@ -1,0 +1,181 @@
+"""Logger group: the experiment trackers a run writes to. `conf/logger/<name>.yaml` ->
+`loggers/<name>.py`; `logger=[a,b]` selects several (each keeps its settings under
+`logger.<name>.*`).
+
+Every tracker gets the same things: the resolved config as flat parameters, the run's tags
+(model, data, topology, launcher, engine, sweep, point), every metric we record with its step,
+the final metrics, and artefacts (the plan, GAN sample grids, a sweep's report). SNN runs log
+from rank 0 through the run recorder (run/record.py). GAN runs log their per-iteration
+metrics through mmcv's own logger hooks, added to the recipe's `log_config` (`mmcv_hook`);
+the tracker then adds only what mmcv does not log (parameters, tags, final metrics,
+artefacts) to the same run.
+
+Nothing here may stop a run half-way: `validate` refuses what cannot work before launch (a
+missing package, an unreachable URI, a bad setting), and a tracker error during the run is
+logged once and that tracker is dropped.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol
+
+from omegaconf import OmegaConf
+
+from experiments.errors import ConfigError
+from experiments.known_keys import nearest
+
+log = logging.getLogger(__name__)
+
+NAMES = ("tensorboard", "csv", "mlflow", "wandb")
+INSTALL = "pip install 'experiments[trackers]' (make setup installs it)"
+
+
+@dataclass
+class RunInfo:
+    """What every tracker is told about the run."""
+
+    run_dir: Path
+    name: str  # the point's overrides, or the run directory's name
+    sweep_dir: Path | None  # the sweep directory when this run is a point of a sweep
+    point: str | None
+    config: dict[str, Any]  # the resolved config (nested)
+    tags: dict[str, str] = field(default_factory=dict)
+    family: str = "snn"
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return flatten(self.config)
+
+    @property
+    def store_dir(self) -> Path:
+        """Where a local tracker store lives: the sweep's directory, else the run's."""
+        return self.sweep_dir or self.run_dir
+
+
+class Tracker(Protocol):
+    name: str
+    uses_mmcv_hook: bool  # GAN runs: per-iteration metrics come from mmcv's hook
+
+    def start(self) -> None: ...
+    def log(self, metrics: dict[str, float], step: int) -> None: ...
+    def artifact(self, path: Path) -> None: ...
+    def finish(self, status: str, metrics: dict[str, float]) -> None: ...
+    def mmcv_hook(self, interval: int) -> dict[str, Any] | None: ...
+
+
+def selected(logger: dict[str, Any] | None) -> list[str]:
+    return [name for name in (logger or {}) if name in NAMES]
+
+
+@cache
+def _option_keys(name: str) -> frozenset[str]:
+    text = (resources.files("experiments.conf") / "logger" / f"{name}.yaml").read_text()
+    return frozenset(str(k) for k in (OmegaConf.create(text).get(name) or {}))
+
+
+def validate(logger: dict[str, Any] | None) -> list[str]:
+    """Check the selected trackers before launch; returns their names."""
+    names = []
+    for name, settings in (logger or {}).items():
+        if name not in NAMES:
+            raise ConfigError(f"logger.{name}", settings, "a tracker: " + ", ".join(NAMES))
+        known = _option_keys(name)
+        for key in sorted(set(settings or {}) - known):
+            hint = nearest(key, sorted(known), f"logger.{name}.", "valid keys: ")
+            raise ConfigError(f"logger.{name}.{key}", settings[key], f"not a key; {hint}")
+        package = "torch.utils.tensorboard" if name == "tensorboard" else name
+        if _missing(package):
+            raise ConfigError(
+                "logger", name, f"an installed tracker: {name} is not installed; {INSTALL}"
+            )
+        module(name).validate(settings or {})
+        names.append(name)
+    return names
+
+
+def _missing(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is None
+    except ModuleNotFoundError:
+        return True
+
+
+def module(name: str) -> Any:
+    return importlib.import_module(f"experiments.loggers.{name}")
+
+
+def open_trackers(logger: dict[str, Any] | None, info: RunInfo) -> list[Tracker]:
+    trackers = []
+    for name in selected(logger):
+        tracker = module(name).make(logger[name] or {}, info)
+        try:
+            tracker.start()
+        except Exception as error:  # validated before launch; a store that fails now is logged
+            log.warning("tracker %s did not start (%s); the run goes on without it", name, error)
+            continue
+        trackers.append(tracker)
+    return trackers
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists and None become strings (trackers take scalars)."""
+    flat: dict[str, Any] = {}
+    if isinstance(node, dict):
+        for key, value in node.items():
+            flat.update(flatten(value, f"{prefix}{key}."))
+        if not node and prefix:
+            flat[prefix[:-1]] = "{}"
+        return flat
+    value = node if isinstance(node, (bool, int, float, str)) else str(node)
+    return {prefix[:-1]: value}
+
+
+def sweep_of(run_dir: Path) -> Path | None:
+    """A point of a -m sweep lives in <sweep dir>/<n>/, beside Hydra's multirun.yaml."""
+    return run_dir.parent if (run_dir.parent / "multirun.yaml").exists() else None
+
+
+def run_info(plan: Any, config: dict[str, Any]) -> RunInfo:
+    run_dir = Path(plan.run_dir)
+    sweep_dir = sweep_of(run_dir)
+    shown = [o for o in plan.overrides if not o.startswith(("hydra.", "dry_run="))]
+    tags = {
+        "model": str(plan.choices.get("model")),
+        "data": str(plan.choices.get("data")),
+        "topology": str(plan.choices.get("topology")),
+        "launcher": str(plan.choices.get("launcher")),
+        "engine": str(plan.engine),
+    }
+    if sweep_dir is not None:
+        tags.update(sweep=sweep_dir.name, point=run_dir.name)
+    config = {k: v for k, v in config.items() if k != "hydra"}
+    return RunInfo(
+        run_dir=run_dir,
+        name=(" ".join(shown) or run_dir.name)[:250],
+        sweep_dir=sweep_dir,
+        point=run_dir.name if sweep_dir is not None else None,
+        config=config,
+        tags=tags,
+        family="gan" if plan.engine == "mmgen" else "snn",
+    )
+
+
+def log_sweep_report(logger: dict[str, Any] | None, sweep_dir: Path, files: list[Path]) -> None:
+    """The sweep's report (tables and figures) where the trackers take a sweep-level record:
+    an MLflow run named "sweep report" in the sweep's experiment, a W&B run of job type
+    "report" in the sweep's group."""
+    for name in selected(logger):
+        reporter = getattr(module(name), "log_sweep_report", None)
+        if reporter is None:
+            continue
+        try:
+            reporter(logger[name] or {}, sweep_dir, files)
+        except Exception as error:
+            log.warning("sweep report not sent to %s: %s", name, error)

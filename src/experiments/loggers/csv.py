@@ -1,0 +1,70 @@
+"""CSV, as Lightning's CSVLogger: `<run>/<dir>/metrics.csv` with one row per logged step (a
+new metric adds a column and the file is rewritten), and `hparams.yaml` (the flat config)."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Any
+
+from experiments.loggers import RunInfo
+
+
+def validate(settings: dict[str, Any]) -> None:
+    from experiments.errors import ConfigError
+
+    folder = settings.get("dir", "csv")
+    if not isinstance(folder, str) or not folder or os.path.isabs(folder) or ".." in folder:
+        raise ConfigError("logger.csv.dir", folder, "a folder name inside the run directory")
+
+
+class CSVTracker:
+    name = "csv"
+    uses_mmcv_hook = False  # mmcv has no CSV hook: GAN metrics come through the recorder
+
+    def __init__(self, settings: dict[str, Any], info: RunInfo) -> None:
+        self.info = info
+        self.folder = info.run_dir / settings.get("dir", "csv")
+        self.path = self.folder / "metrics.csv"
+        self.columns: list[str] = ["step"]
+        self.rows: list[dict[str, Any]] = []
+
+    def start(self) -> None:
+        import yaml
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / "hparams.yaml", "w", encoding="utf-8") as handle:
+            yaml.safe_dump(self.info.params, handle, sort_keys=False)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        row = {"step": step, **metrics}
+        self.rows.append(row)
+        new = [key for key in row if key not in self.columns]
+        if new or not self.path.exists():
+            self.columns += new
+            self._rewrite()
+            return
+        with open(self.path, "a", newline="", encoding="utf-8") as handle:
+            csv.DictWriter(handle, fieldnames=self.columns).writerow(row)
+
+    def _rewrite(self) -> None:
+        temporary = self.path.with_suffix(".tmp")
+        with open(temporary, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=self.columns)
+            writer.writeheader()
+            writer.writerows(self.rows)
+        os.replace(temporary, self.path)
+
+    def artifact(self, path: Path) -> None:
+        """Files stay where the run wrote them."""
+
+    def finish(self, status: str, metrics: dict[str, float]) -> None:
+        """Every row is on disk already; the final metrics are the run's summary.json."""
+
+    def mmcv_hook(self, interval: int) -> dict[str, Any] | None:
+        return None
+
+
+def make(settings: dict[str, Any], info: RunInfo) -> CSVTracker:
+    return CSVTracker(settings, info)

@@ -1,0 +1,68 @@
+"""TensorBoard: scalars per step and per epoch, and the HParams view (the flat config vs. the
+final metrics), so a sweep compares in TensorBoard's HParams tab (`--logdir <sweep dir>`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from experiments.loggers import RunInfo
+
+DIRNAME = "tensorboard"
+
+
+def validate(settings: dict[str, Any]) -> None:
+    from experiments.errors import ConfigError
+
+    if not isinstance(settings.get("hparams", True), bool):
+        raise ConfigError("logger.tensorboard.hparams", settings["hparams"], "true or false")
+
+
+class TensorBoardTracker:
+    name = "tensorboard"
+
+    def __init__(self, settings: dict[str, Any], info: RunInfo) -> None:
+        self.settings = settings
+        self.info = info
+        self.uses_mmcv_hook = info.family == "gan"
+        self.log_dir = info.run_dir / DIRNAME
+        self._writer: Any = None
+
+    def writer(self) -> Any:
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.log_dir))
+        return self._writer
+
+    def start(self) -> None:
+        """Nothing yet: the event file is created with the first scalar."""
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        for tag, value in metrics.items():
+            self.writer().add_scalar(tag, value, step)
+
+    def artifact(self, path: Path) -> None:
+        """Files stay in the run directory; TensorBoard shows scalars and hparams only."""
+
+    def finish(self, status: str, metrics: dict[str, float]) -> None:
+        if self.settings.get("hparams", True) and status == "completed":
+            from torch.utils.tensorboard.summary import hparams
+
+            params = {k: v for k, v in self.info.params.items()}
+            final = {f"final/{k}": float(v) for k, v in metrics.items()}
+            experiment, start, end = hparams(params, final)
+            writer = self.writer()
+            for summary in (experiment, start, end):
+                writer.file_writer.add_summary(summary)
+            for tag, value in final.items():
+                writer.add_scalar(tag, value, 0)
+        if self._writer is not None:
+            self._writer.close()
+
+    def mmcv_hook(self, interval: int) -> dict[str, Any] | None:
+        return dict(type="TensorboardLoggerHook", log_dir=str(self.log_dir), interval=interval)
+
+
+def make(settings: dict[str, Any], info: RunInfo) -> TensorBoardTracker:
+    return TensorBoardTracker(settings, info)

@@ -1,0 +1,280 @@
+"""The logger group: each tracker read back through its own API or files after a tiny SNN
+run, a tiny GAN run and a 2-point sweep; trackers that cannot work refused before launch."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from experiments.errors import ConfigError
+
+from .conftest import REPO, plan_for, run_cli
+from .support.wandb_records import read_run
+
+ALL = "logger=[tensorboard,csv,mlflow,wandb]"
+SNN = [
+    "data=synthetic",
+    "data.train_size=32",
+    "data.val_size=16",
+    "model.time_steps=2",
+    "trainer.batch_size=16",
+    "trainer.epochs=2",
+    "trainer.log_every_n_steps=1",
+]
+GAN = [
+    "model=dcgan",
+    "data=digits",
+    "model.iters=4",
+    "model.batch_size=16",
+    "model.log_interval=1",  # mmcv's hooks log the mean over the interval: here, the value
+    "model.sample_interval=2",
+    "model.eval_images=64",
+]
+
+
+# ------------------------------------------------------------------ read back
+
+
+def mlflow_runs(store: Path) -> tuple[object, list]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    experiments = client.search_experiments()
+    runs = [r for e in experiments for r in client.search_runs([e.experiment_id])]
+    return client, runs
+
+
+def history(client: object, run_id: str, key: str) -> list[tuple[int, float]]:
+    return [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
+
+
+def tensorboard_events(log_dir: Path) -> tuple[dict[str, list[tuple[int, float]]], dict]:
+    """Scalars by tag, and the HParams plugin's session-start hparams."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    hparams: dict = {}
+    for events in sorted(log_dir.glob("events.out.tfevents.*")):
+        accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        accumulator.Reload()
+        for tag in accumulator.Tags()["scalars"]:
+            scalars.setdefault(tag, []).extend((e.step, e.value) for e in accumulator.Scalars(tag))
+        try:
+            contents = accumulator.PluginTagToContent("hparams").values()
+        except KeyError:  # an event file without HParams data (e.g. mmcv's hook's)
+            contents = []
+        for content in contents:
+            data = plugin_data_pb2.HParamsPluginData.FromString(content)
+            if data.HasField("session_start_info"):
+                for key, value in data.session_start_info.hparams.items():
+                    hparams[key] = value.WhichOneof("kind") and getattr(
+                        value, value.WhichOneof("kind")
+                    )
+    return scalars, hparams
+
+
+def csv_rows(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "csv" / "metrics.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def same(found: list, expected: list, rel: float = 1e-6) -> bool:
+    """(step, value) pairs: the same steps, values equal to float32 precision."""
+    assert [step for step, _ in found] == [step for step, _ in expected]
+    assert [value for _, value in found] == pytest.approx([v for _, v in expected], rel=rel)
+    return True
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+# ------------------------------------------------------------------ runs
+
+
+@pytest.fixture(scope="module")
+def snn_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("snn")
+    result = run_cli([*SNN, ALL, f"hydra.run.dir={root / 'run'}"], cwd=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "mlflow ui --backend-store-uri sqlite:///" in result.stdout
+    return root / "run"
+
+
+@pytest.mark.slow
+def test_snn_run_in_every_tracker(snn_run: Path) -> None:
+    steps = jsonl(snn_run / "steps.jsonl")
+    epochs = jsonl(snn_run / "metrics.jsonl")
+    summary = json.loads((snn_run / "summary.json").read_text())
+    losses = [(r["step"], r["loss"]) for r in steps]
+    accuracy = [(r["step"], r["val_accuracy"]) for r in epochs]
+    assert len(losses) == 4 and len(accuracy) == 2
+
+    # MLflow: params (the flat config), per-step and per-epoch history, tags, final, artefacts
+    client, runs = mlflow_runs(snn_run)
+    (run,) = runs
+    assert run.info.status == "FINISHED"
+    assert run.data.params["trainer.batch_size"] == "16"
+    assert run.data.params["optimizer.lr"] == str(summary_lr(snn_run))
+    assert run.data.tags["model"] == "sew_resnet18" and run.data.tags["topology"] == "single"
+    assert same(history(client, run.info.run_id, "train/loss"), losses)
+    assert same(history(client, run.info.run_id, "epoch/val_accuracy"), accuracy)
+    final = summary["metrics"]["val_accuracy"]
+    assert run.data.metrics["final/val_accuracy"] == pytest.approx(final)
+    assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["plan.json"]
+
+    # W&B offline: the run record, config, history rows with their steps, summary, files
+    wandb = read_run(snn_run)
+    record = wandb["runs"][0]
+    assert "model=sew_resnet18" in record.tags and record.display_name.startswith("data=synthetic")
+    assert wandb["config"]["trainer"]["batch_size"] == 16
+    logged = [(h["_step"], h["train/loss"]) for h in wandb["history"] if "train/loss" in h]
+    assert same(logged, losses)
+    assert wandb["summary"]["final/val_accuracy"] == pytest.approx(final)
+    assert "plan.json" in wandb["files"]
+
+    # CSV: a row per logged step, a column per metric
+    rows = csv_rows(snn_run)
+    assert same([(int(r["step"]), float(r["train/loss"])) for r in rows if r["train/loss"]], losses)
+    assert {"epoch/val_accuracy", "epoch/val_loss"} <= set(rows[0])
+
+    # TensorBoard: scalars, and the HParams view (config vs final metrics)
+    scalars, hparams = tensorboard_events(snn_run / "tensorboard")
+    assert same(scalars["train/loss"], losses)
+    assert same(scalars["final/val_accuracy"], [(0, final)])
+    assert hparams["trainer.batch_size"] == 16 and hparams["model.time_steps"] == 2
+
+
+def summary_lr(run_dir: Path) -> float:
+    import yaml
+
+    return yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())["optimizer"]["lr"]
+
+
+@pytest.mark.slow
+@pytest.mark.gan
+def test_gan_run_logs_through_mmcv_hooks(tmp_path: Path) -> None:
+    """Per-iteration metrics come from mmcv's own logger hooks (their tags: learning_rate/*,
+    momentum/*, the raw loss terms); parameters, tags, final metrics and the sample grids from
+    the tracker, into the same run."""
+    pytest.importorskip("mmgen")
+    run_dir = tmp_path / "gan"
+    result = run_cli([*GAN, ALL, f"hydra.run.dir={run_dir}"], cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = jsonl(run_dir / "metrics.jsonl")
+    fake = [(r["step"], r["loss_disc_fake"]) for r in records]
+    assert [s for s, _ in fake] == [1, 2, 3, 4]
+    swd = json.loads((run_dir / "summary.json").read_text())["metrics"]["swd"]
+
+    client, (run,) = mlflow_runs(run_dir)
+    hooked = history(client, run.info.run_id, "train/loss_disc_fake")
+    assert same(hooked, fake, rel=1e-5)  # logged by mmcv's MlflowLoggerHook
+    assert history(client, run.info.run_id, "learning_rate/generator")  # mmcv's tags
+    assert run.data.metrics["final/swd"] == pytest.approx(swd)
+    assert run.data.params["model.iters"] == "4" and run.data.tags["engine"] == "mmgen"
+    artefacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"plan.json", "final.png", "iter_2.png", "iter_4.png"} <= artefacts
+
+    wandb = read_run(run_dir)
+    assert [h["_step"] for h in wandb["history"] if "learning_rate/generator" in h] == [1, 2, 3, 4]
+    assert wandb["summary"]["final/swd"] == pytest.approx(swd)
+    assert {"final.png", "plan.json"} <= set(wandb["files"])
+
+    scalars, hparams = tensorboard_events(run_dir / "tensorboard")
+    assert same(scalars["train/loss_disc_fake"], fake)  # mmcv's TensorboardLoggerHook
+    assert same(scalars["final/swd"], [(0, swd)])
+    assert hparams["model.iters"] == 4
+
+    rows = csv_rows(run_dir)  # mmcv has no CSV hook: the recorder writes it
+    assert same([(int(r["step"]), float(r["train/loss_disc_fake"])) for r in rows], fake)
+
+
+@pytest.mark.slow
+def test_a_sweep_is_one_experiment_and_one_group(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    result = run_cli(
+        [
+            "-m",
+            *SNN,
+            "trainer.epochs=1",
+            "optimizer.lr=1e-3,3e-3",
+            "logger=[tensorboard,csv,mlflow,wandb]",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    client, runs = mlflow_runs(sweep)  # the store is the sweep's
+    (experiment,) = {r.info.experiment_id for r in runs}
+    assert client.get_experiment(experiment).name == sweep.name
+    points = sorted(
+        (r for r in runs if r.data.tags.get("kind") != "report"), key=lambda r: r.data.tags["point"]
+    )
+    assert [r.data.params["optimizer.lr"] for r in points] == ["0.001", "0.003"]
+    assert [
+        "optimizer.lr=0.001" in points[0].info.run_name,
+        "optimizer.lr=0.003" in points[1].info.run_name,
+    ] == [True, True]
+    assert {r.data.tags["sweep"] for r in points} == {sweep.name}
+    (report,) = [r for r in runs if r.data.tags.get("kind") == "report"]
+    shipped = {a.path for a in client.list_artifacts(report.info.run_id)}
+    assert {"report.md", "report.csv", "learning_curves.png", "metric_vs_optimizer.lr.png"} <= (
+        shipped
+    )
+    groups = {read_run(sweep / point)["runs"][0].run_group for point in ("0", "1")}
+    assert groups == {sweep.name}
+    for point, lr in (("0", 0.001), ("1", 0.003)):
+        _, hparams = tensorboard_events(sweep / point / "tensorboard")
+        assert hparams["optimizer.lr"] == lr
+        rows = csv_rows(sweep / point)
+        steps = [(r["step"], r["loss"]) for r in jsonl(sweep / point / "steps.jsonl")]
+        assert same(
+            [(int(r["step"]), float(r["train/loss"])) for r in rows if r["train/loss"]], steps
+        )
+
+
+# ------------------------------------------------------------------ refused before launch
+
+
+def test_an_unreachable_mlflow_server_is_refused_before_launch() -> None:
+    with pytest.raises(ConfigError) as refused:
+        plan_for(["logger=mlflow", "logger.mlflow.tracking_uri=http://127.0.0.1:9"])
+    assert refused.value.key == "logger.mlflow.tracking_uri"
+    assert "reachable MLflow server" in str(refused.value)
+
+
+def test_wandb_online_without_a_login_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+    with pytest.raises(ConfigError) as refused:
+        plan_for(["logger=wandb", "logger.wandb.mode=online"])
+    assert refused.value.key == "logger.wandb.mode" and "wandb login" in str(refused.value)
+
+
+def test_an_unknown_tracker_setting_names_the_nearest_key() -> None:
+    with pytest.raises(ConfigError) as refused:
+        plan_for(["logger=mlflow", "+logger.mlflow.experiment=x"])
+    assert "did you mean logger.mlflow.experiment_name?" in str(refused.value)
+
+
+@pytest.mark.slow
+def test_a_tracker_that_is_not_installed_is_one_line_before_launch(tmp_path: Path) -> None:
+    site = str(REPO / "tests" / "support" / "site")
+    env = {
+        "EXPERIMENTS_TEST_HIDE_MODULES": "wandb",
+        "PYTHONPATH": os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")])),
+    }
+    result = run_cli([*SNN, "logger=[tensorboard,wandb]"], cwd=tmp_path, env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: logger = 'wandb': expected an installed tracker: wandb is not installed; "
+        "pip install 'experiments[trackers]' (make setup installs it)"
+    ] or ("wandb is not installed" in result.stderr and len(result.stderr.splitlines()) == 1)
+    assert not (tmp_path / "outputs").exists()
