@@ -82,11 +82,12 @@ def _with(options: list[str], *changes: str) -> list[str]:
     return [o for o in options if o.split("=", 1)[0] not in keys] + list(changes)
 
 
-# One OpenMP thread per GAN run (a value the caller set wins): MMGen's small convolutions
-# gain little from a second thread, and on a shared 2-core machine two threads per process
-# wait on each other (measured at load ~4: 100 dcgan iterations in 5-6 s with one thread,
-# 40-94 s with two).
-THREADS = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+# GAN runs get the environment a user's shell gives them (torch's default threads): CI runs the
+# suite alone, and there two threads are faster (300 dcgan iterations: 18.8 s vs 29.2 s with
+# OMP_NUM_THREADS=1; the demo 105 s vs 179 s). On a machine shared with other work, set
+# OMP_NUM_THREADS=1 for the session: two threads per process then wait on each other
+# (measured at load ~4: 100 iterations in 5-6 s with one thread, 40-94 s with two).
+THREADS: dict[str, str] = {}
 
 
 def _run(args: list[str], run_dir: Path, **kwargs) -> None:
