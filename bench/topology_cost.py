@@ -11,6 +11,7 @@ from pathlib import Path
 from bench.common import logged_times, row, step_seconds, train
 
 GLOBAL_BATCH = 32
+QUICK_TOPOLOGIES = ("single", "pp")
 TOPOLOGIES = {
     "single": ["topology=single", f"trainer.batch_size={GLOBAL_BATCH}"],
     "ddp": ["topology=ddp", f"trainer.batch_size={GLOBAL_BATCH // 2}"],
@@ -57,12 +58,13 @@ def measure(steps: int, profile_steps: int, quick: bool = False) -> list[dict]:
     """Throughput from an unprofiled run, then where a step's time goes from a short run
     under torch.profiler (separate, so the profiler's own cost stays out of images/s).
 
-    quick: one short profiled run per topology gives both (images/s then includes the
-    profiler's cost). That each topology trains correctly is the test suite's job
-    (tests/test_topologies.py); the quick mode only checks that this script measures them."""
+    quick: one short profiled run of single and of pp (one rank, and the topology whose
+    ranks differ most) gives both (images/s then includes the profiler's cost). That each
+    topology trains correctly is the test suite's job (tests/test_topologies.py); the quick
+    mode only checks that this script measures and splits a step."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in TOPOLOGIES:
+        for name in QUICK_TOPOLOGIES if quick else TOPOLOGIES:
             profile = [f"trainer.profile_steps={profile_steps}"]
             if quick:
                 timed = profiled = _train(name, profile_steps + 2, Path(tmp) / "quick", profile)

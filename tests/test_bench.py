@@ -13,7 +13,7 @@ import pytest
 from .conftest import REPO, in_ci
 from .support import processes
 
-TOPOLOGIES = ("single", "ddp", "fsdp2", "channel_tp", "pp")
+TOPOLOGIES = ("single", "pp")  # --quick: bench/topology_cost.py QUICK_TOPOLOGIES
 MEASURES = [  # every row of the table, in order
     "step time ratio (ours / hand-written)",
     "step time ratio (ours / MMGen train_model)",
@@ -42,7 +42,7 @@ def test_benchmarks_run_and_write_their_table(tmp_path: Path) -> None:
     split = [r["notes"] for r in rows if r["measure"].endswith(": images/s")]
     assert all("collectives" in notes for notes in split)
     ranks = [len(re.findall(r"rank \d+: step", notes)) for notes in split]
-    assert ranks == [1, 2, 2, 2, 2]  # single: 1 rank; the others: 2
+    assert ranks == [1, 2]  # single: 1 rank; pp: 2
     (gan,) = [r for r in rows if r["measure"] == "step time ratio (ours / MMGen train_model)"]
     if importlib.util.find_spec("mmgen") is None:  # the SNN-only install
         # CI installs the GAN stack (make test): there the GAN row must be measured.
@@ -51,7 +51,10 @@ def test_benchmarks_run_and_write_their_table(tmp_path: Path) -> None:
     else:
         assert isinstance(gan["value"], float)
     measured = [r for r in rows if not r["notes"].startswith("skipped")]
-    assert all(r["value"] > 0 for r in measured)
+    # A marginal per-point overhead from sweeps of 1 and 2 points (--quick) is below the
+    # timing noise and may come out at or below 0; every other measure is positive.
+    overhead = "per-point overhead of a local sweep / import torch"
+    assert all(r["value"] > 0 for r in measured if r["measure"] != overhead)
     for r in measured:  # a row with a target says whether it met it
         assert (r["ok"] is None) == (r["target"] == ""), r
     markdown = (tmp_path / "results.md").read_text()
