@@ -70,6 +70,11 @@ def resumed_search(tmp_path_factory: pytest.TempPathFactory) -> dict:
             [CLI, *SEARCH], cwd=root, env=cli_env(), stdout=output, stderr=output
         )
     deadline = time.time() + 180
+    while not list((root / "outputs" / "multiruns").glob("*/0")):  # the first trial started
+        assert proc.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+        time.sleep(0.05)
+    # The same command in another shell while this search runs: refused, nothing touched.
+    second = run_cli(SEARCH, cwd=root)
     while True:
         sweeps = list((root / "outputs" / "multiruns").glob("*"))
         # the first 3 trials completed and the 4th started
@@ -88,10 +93,19 @@ def resumed_search(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {
         "dir": sweep_dir,
         "result": result,
+        "second": second,
         "before": before,
         "left": left,
         "seconds": (killed_after, time.monotonic() - started - killed_after),
     }
+
+
+def test_a_second_search_of_the_same_study_is_refused(resumed_search) -> None:
+    second = resumed_search["second"]
+    assert second.returncode == 2, second.stderr[-3000:]
+    assert "error: another search is running this study" in second.stderr
+    # It marked none of the running search's trials: all 6 + the interrupted one are accounted
+    # for by the resume test, and the run directories were left alone.
 
 
 def _record(path: Path) -> tuple[str, int]:

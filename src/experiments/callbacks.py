@@ -118,6 +118,19 @@ def _verdict_lines(points: list[list[str]], plans: list[Any]) -> str:
     return "\n".join(lines)
 
 
+def _prepare_trackers(config: DictConfig) -> None:
+    """The sweep's shared tracker stores, made once here rather than by racing points."""
+    if not config.get("logger"):
+        return
+    from omegaconf import OmegaConf
+
+    from experiments import loggers
+
+    loggers.prepare_sweep(
+        OmegaConf.to_container(config.logger, resolve=True), Path(config.hydra.sweep.dir)
+    )
+
+
 class ExperimentsCallback(Callback):
     """Checks every run and sweep point before launch; keeps the sweep report current."""
 
@@ -188,6 +201,7 @@ class ExperimentsCallback(Callback):
                     else plan.as_text()
                 )
                 sys.exit(0)
+            _prepare_trackers(config)
             return
         swept = "-m" in sys.argv or "--multirun" in sys.argv or len(points) > 1
         plans: list[Any] = []
@@ -222,6 +236,7 @@ class ExperimentsCallback(Callback):
                     _print(f"--- sweep point {number}: {' '.join(points[number])}")
                 _print(plan.as_text())
             sys.exit(0)
+        _prepare_trackers(config)
 
     @_refuse_on_failure
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:

@@ -69,7 +69,7 @@ def app(cfg: DictConfig) -> float | None:
             plan,
             cwd=hydra_cfg.runtime.cwd,
             warm_points=_warm_points(cfg),
-            logger=OmegaConf.to_container(cfg.get("logger") or {}, resolve=True),
+            logger=_container(cfg.get("logger")),
             config=OmegaConf.to_container(cfg, resolve=True),
         )
     except Exception as error:
@@ -90,6 +90,13 @@ def _record_failure(run_dir: Path, overrides: list[str], error: Exception) -> No
     if summary.get("status") != "failed":
         summary.update(status="failed", error=f"{type(error).__name__}: {error}")
         write_json_atomic(run_dir / "summary.json", summary)
+
+
+def _container(node: Any) -> dict[str, Any]:
+    """A config node as plain data ({} for none: `logger=none` composes an empty node)."""
+    if node is None:
+        return {}
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
 def _warm_points(cfg: DictConfig) -> bool:
@@ -126,9 +133,9 @@ def run(
         plan.run_dir, _summary(plan, cwd, previous), enabled=distributed_env.rank() == 0
     )
     recorder.start()
-    if recorder.enabled and logger:
-        recorder.trackers = _open_trackers(plan, logger, config or {})
     try:
+        if recorder.enabled and logger:
+            recorder.trackers = _open_trackers(plan, logger, config or {})
         metrics = _engine(plan.engine).train(plan, recorder)
     except SystemExit:  # stopped by a signal (Slurm requeue, time limit) after a checkpoint
         recorder.finish("interrupted")
@@ -193,9 +200,9 @@ def _launch_child(plan: RunPlan, command: list[str], warm_points: bool = False) 
     sweep's point runs in a fork of the sweep's warm process (launchers/warm_points.py)."""
     env = {**os.environ, distributed_env.WORKER_ENV: "1", COMMAND_ENV: user_command()}
     log.info("launching: %s", shlex.join(plan.launch_command))
-    if warm_points and command[1:3] == ["-m", "experiments.train"]:
-        from experiments.launchers import warm_points as warm
+    from experiments.launchers import warm_points as warm
 
+    if warm_points and warm.available() and command[1:3] == ["-m", "experiments.train"]:
         argv = ["experiments-train", *command[3:]]
         returncode = warm.run_point(plan.engine, argv, env, os.getcwd())
     else:

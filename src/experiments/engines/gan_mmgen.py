@@ -85,21 +85,53 @@ def _register_record_hook() -> None:
     if "ExperimentsRecordHook" in HOOKS.module_dict:
         return
 
-    from mmcv.runner.hooks.logger import WandbLoggerHook
+    from mmcv.runner.hooks.logger import MlflowLoggerHook, TensorboardLoggerHook, WandbLoggerHook
+
+    def guarded(base: type) -> type:
+        """mmcv's logger hook, except that a tracker error is logged once and the hook
+        stops: a tracker never ends a training run half-way."""
+
+        class Guarded(base):  # type: ignore[misc, valid-type]
+            failed = False
+
+            def _guard(self, method: str, runner: Any) -> None:
+                if self.failed:
+                    return
+                try:
+                    getattr(base, method)(self, runner)
+                except Exception as error:
+                    self.failed = True
+                    log.warning("%s failed in %s (%s); training goes on without it",
+                                base.__name__, method, error)  # fmt: skip
+
+            def before_run(self, runner: Any) -> None:
+                self._guard("before_run", runner)
+
+            def log(self, runner: Any) -> None:
+                self._guard("log", runner)
+
+            def after_run(self, runner: Any) -> None:
+                self._guard("after_run", runner)
+
+        Guarded.__name__ = f"Experiments{base.__name__}"
+        return Guarded
+
+    HOOKS.register_module(module=guarded(TensorboardLoggerHook))
+    HOOKS.register_module(module=guarded(MlflowLoggerHook))
 
     @HOOKS.register_module()
-    class ExperimentsWandbLoggerHook(WandbLoggerHook):
-        """mmcv's W&B logger hook, except that the run stays open after training: the
-        run's final metrics and sample grids come after train_model returns, and the W&B
-        tracker (loggers/wandb.py) logs them and finishes the run."""
+    class ExperimentsWandbLoggerHook(guarded(WandbLoggerHook)):  # type: ignore[misc]
+        """The run stays open after training: the run's final metrics and sample grids come
+        after train_model returns, and the W&B tracker (loggers/wandb.py) logs them and
+        finishes the run."""
 
         def after_run(self, runner: Any) -> None:
             return None
 
     @HOOKS.register_module()
     class ExperimentsRecordHook(Hook):
-        """Losses to metrics.jsonl and TensorBoard every log interval and at the last
-        iteration; resumed runs keep one record per iteration."""
+        """Losses to metrics.jsonl (and the trackers mmcv has no hook for: CSV) every log
+        interval and at the last iteration; resumed runs keep one record per iteration."""
 
         def __init__(self, recorder: RunRecorder, interval: int, images_per_iter: int) -> None:
             self.recorder = recorder

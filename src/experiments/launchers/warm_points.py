@@ -70,9 +70,10 @@ class WarmWorker:
 
     def run(self, argv: list[str], env: dict[str, str], cwd: str) -> int:
         """One point: its exit status, as `subprocess.run(...).returncode` would give it."""
-        request = json.dumps({"argv": argv, "env": env, "cwd": cwd}) + "\n"
+        request = (json.dumps({"argv": argv, "env": env, "cwd": cwd}) + "\n").encode()
         try:
-            os.write(self._requests, request.encode())
+            while request:  # a pipe may take a large environment in pieces
+                request = request[os.write(self._requests, request) :]
             reply = self._reply_file.readline()
         except OSError:
             reply = b""
@@ -87,8 +88,11 @@ class WarmWorker:
         return self.process.poll() is None
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self._requests)
+        atexit.unregister(self.close)
+        if self._requests >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._requests)
+            self._requests = -1  # never close a descriptor number reused since
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=10)
         if self.process.poll() is None:
@@ -97,6 +101,11 @@ class WarmWorker:
 
 
 _worker: WarmWorker | None = None
+
+
+def available() -> bool:
+    """Forking needs os.fork (Linux, macOS); elsewhere points start cold."""
+    return hasattr(os, "fork")
 
 
 def run_point(engine: str, argv: list[str], env: dict[str, str], cwd: str) -> int:
@@ -110,13 +119,20 @@ def run_point(engine: str, argv: list[str], env: dict[str, str], cwd: str) -> in
 
 
 def _serve(request_fd: int, reply_fd: int, modules: list[str]) -> None:
-    """The warm process: import, then fork one child per request line until EOF."""
+    """The warm process: import, then fork one child per request line until EOF. Ctrl-C
+    reaches the whole process group: the point handles it, this process waits for it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     for module in modules:
-        importlib.import_module(module)
+        try:
+            importlib.import_module(module)
+        except Exception as error:  # the point imports it again and reports the failure
+            print(f"warm sweep worker: {module} not preloaded ({error})", file=sys.stderr)
     with os.fdopen(request_fd, "rb") as requests, os.fdopen(reply_fd, "wb", buffering=0) as replies:
         for line in requests:
             request = json.loads(line)
+            sys.stdout.flush()  # nothing buffered here is printed again by the child
+            sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
                 os.close(request_fd)
@@ -131,6 +147,8 @@ def _point(request: dict[str, Any]) -> None:
     code = 1
     try:
         _die_with_parent()
+        if os.getppid() == 1:  # the warm process died between fork and prctl
+            os._exit(1)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.environ.clear()
         os.environ.update(request["env"])
@@ -143,6 +161,8 @@ def _point(request: dict[str, Any]) -> None:
         code = 0
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except KeyboardInterrupt:
+        code = 130  # as a shell reports a process ended by Ctrl-C
     except BaseException:
         import traceback
 

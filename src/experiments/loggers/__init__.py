@@ -34,7 +34,7 @@ from experiments.known_keys import nearest
 log = logging.getLogger(__name__)
 
 NAMES = ("tensorboard", "csv", "mlflow", "wandb")
-INSTALL = "pip install 'experiments[trackers]' (make setup installs it)"
+INSTALL = "make setup-trackers (or pip install '.[trackers]' in the checkout)"
 
 
 @dataclass
@@ -93,7 +93,7 @@ def validate(logger: dict[str, Any] | None) -> list[str]:
         package = "torch.utils.tensorboard" if name == "tensorboard" else name
         if _missing(package):
             raise ConfigError(
-                "logger", name, f"an installed tracker: {name} is not installed; {INSTALL}"
+                "logger", name, f"{name} is not installed: {INSTALL}, or leave it out of logger="
             )
         module(name).validate(settings or {})
         names.append(name)
@@ -114,8 +114,8 @@ def module(name: str) -> Any:
 def open_trackers(logger: dict[str, Any] | None, info: RunInfo) -> list[Tracker]:
     trackers = []
     for name in selected(logger):
-        tracker = module(name).make(logger[name] or {}, info)
         try:
+            tracker = module(name).make(logger[name] or {}, info)
             tracker.start()
         except Exception as error:  # validated before launch; a store that fails now is logged
             log.warning("tracker %s did not start (%s); the run goes on without it", name, error)
@@ -165,6 +165,19 @@ def run_info(plan: Any, config: dict[str, Any]) -> RunInfo:
         tags=tags,
         family="gan" if plan.engine == "mmgen" else "snn",
     )
+
+
+def prepare_sweep(logger: dict[str, Any] | None, sweep_dir: Path) -> None:
+    """Before a sweep's first point: create what its points will share (MLflow's SQLite
+    store and the sweep's experiment), so parallel Slurm jobs do not race to create it."""
+    for name in selected(logger):
+        preparer = getattr(module(name), "prepare_sweep", None)
+        if preparer is None:
+            continue
+        try:
+            preparer(logger[name] or {}, sweep_dir)
+        except Exception as error:
+            log.warning("tracker %s: sweep store not prepared (%s)", name, error)
 
 
 def log_sweep_report(logger: dict[str, Any] | None, sweep_dir: Path, files: list[Path]) -> None:

@@ -34,6 +34,11 @@ class CSVTracker:
         import yaml
 
         self.folder.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():  # a resumed run goes on with its earlier rows
+            with open(self.path, newline="", encoding="utf-8") as handle:
+                reader = csv.DictReader(handle)
+                self.columns = list(reader.fieldnames or ["step"])
+                self.rows = list(reader)
         with open(self.folder / "hparams.yaml", "w", encoding="utf-8") as handle:
             yaml.safe_dump(self.info.params, handle, sort_keys=False)
 
@@ -55,6 +60,13 @@ class CSVTracker:
             writer.writeheader()
             writer.writerows(self.rows)
         os.replace(temporary, self.path)
+
+    def truncate(self, after_step: int) -> None:
+        """A resumed run drops the rows after its checkpoint, as metrics.jsonl does."""
+        kept = [row for row in self.rows if int(float(row["step"])) <= after_step]
+        if len(kept) != len(self.rows) or not self.path.exists():
+            self.rows = kept
+            self._rewrite()
 
     def artifact(self, path: Path) -> None:
         """Files stay where the run wrote them."""

@@ -21,6 +21,11 @@ BATCH = 100  # MLflow's limit of parameters per log_batch call
 
 
 def validate(settings: dict[str, Any]) -> None:
+    if not isinstance(settings.get("tags") or {}, dict):
+        raise ConfigError("logger.mlflow.tags", settings["tags"], "a mapping of tag: value")
+    for key in ("experiment_name", "run_name"):
+        if not isinstance(settings.get(key) or "", str):
+            raise ConfigError(f"logger.mlflow.{key}", settings[key], "a string, or null")
     uri = settings.get("tracking_uri")
     if uri is None:
         return
@@ -40,8 +45,6 @@ def validate(settings: dict[str, Any]) -> None:
                 uri,
                 f"a reachable MLflow server ({error}); null logs locally",
             ) from None
-    if not isinstance(settings.get("tags") or {}, dict):
-        raise ConfigError("logger.mlflow.tags", settings["tags"], "a mapping of tag: value")
 
 
 def tracking_uri(settings: dict[str, Any], store_dir: Path) -> str:
@@ -62,7 +65,10 @@ def _experiment(client: Any, name: str, store_dir: Path) -> str:
         location = (store_dir.resolve() / ARTIFACTS).as_uri()
         return client.create_experiment(name, artifact_location=location)
     except Exception:  # another point of the sweep created it first
-        return client.get_experiment_by_name(name).experiment_id
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
 
 
 class MLflowTracker:
@@ -111,17 +117,22 @@ class MLflowTracker:
         self.client.log_artifact(self.run_id, str(path))
 
     def finish(self, status: str, metrics: dict[str, float]) -> None:
-        self.log({f"final/{k}": v for k, v in metrics.items()}, step=0)
         state = {"completed": "FINISHED", "failed": "FAILED"}.get(status, "KILLED")
-        if self.uses_mmcv_hook:
-            import mlflow
+        try:
+            if metrics:
+                self.log({f"final/{k}": v for k, v in metrics.items()}, step=0)
+        finally:
+            if self.uses_mmcv_hook:
+                import mlflow
 
-            if mlflow.active_run() is not None:  # the hook's fluent run: ours, by id
-                mlflow.end_run(state)
-        self.client.set_terminated(self.run_id, state)
+                if mlflow.active_run() is not None:  # the hook's fluent run: ours, by id
+                    mlflow.end_run(state)
+            self.client.set_terminated(self.run_id, state)
 
     def mmcv_hook(self, interval: int) -> dict[str, Any] | None:
-        return dict(type="MlflowLoggerHook", exp_name=None, log_model=False, interval=interval)
+        return dict(
+            type="ExperimentsMlflowLoggerHook", exp_name=None, log_model=False, interval=interval
+        )
 
 
 def _key(name: str) -> str:
@@ -131,6 +142,14 @@ def _key(name: str) -> str:
 
 def make(settings: dict[str, Any], info: RunInfo) -> MLflowTracker:
     return MLflowTracker(settings, info)
+
+
+def prepare_sweep(settings: dict[str, Any], sweep_dir: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    client = MlflowClient(tracking_uri(settings, sweep_dir))
+    _experiment(client, settings.get("experiment_name") or sweep_dir.name, sweep_dir)
 
 
 def log_sweep_report(settings: dict[str, Any], sweep_dir: Path, files: list[Path]) -> None:

@@ -61,7 +61,9 @@ class TensorBoardTracker:
             self._writer.close()
 
     def mmcv_hook(self, interval: int) -> dict[str, Any] | None:
-        return dict(type="TensorboardLoggerHook", log_dir=str(self.log_dir), interval=interval)
+        return dict(
+            type="ExperimentsTensorboardLoggerHook", log_dir=str(self.log_dir), interval=interval
+        )
 
 
 def make(settings: dict[str, Any], info: RunInfo) -> TensorBoardTracker:

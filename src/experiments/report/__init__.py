@@ -22,7 +22,7 @@ from typing import Any
 
 from experiments.report import figures as figs
 from experiments.report.families import GAN, SNN, Family, family
-from experiments.report.points import PointIndex
+from experiments.report.points import PointIndex, replacing
 
 __all__ = ["GAN", "SNN", "format_outcome", "format_run", "update_report", "write_report"]
 
@@ -82,7 +82,10 @@ def write_report(
     columns = ["point", *keys, "status", *fam.metrics, "wall_time_s", "seed", "error"]
     if any(row["slurm_job"] for row in table):
         columns += ["slurm_job", "slurm_log"]
-    with open(sweep_dir / "report.csv", "w", newline="", encoding="utf-8") as handle:
+    with (
+        replacing(sweep_dir / "report.csv") as temporary,
+        open(temporary, "w", newline="", encoding="utf-8") as handle,
+    ):
         writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(table)
@@ -102,9 +105,10 @@ def write_report(
         plots += _optuna_figures(sweep_dir)
         index.set("figures_at", time.time())
     index.save()
-    (sweep_dir / "report.md").write_text(
-        _markdown(sweep_dir, columns, table, counts, ranked, plots, fam), encoding="utf-8"
-    )
+    with replacing(sweep_dir / "report.md") as temporary:
+        temporary.write_text(
+            _markdown(sweep_dir, columns, table, counts, ranked, plots, fam), encoding="utf-8"
+        )
     return {
         "objective": objective,
         "points": len(table),

@@ -16,6 +16,7 @@ from typing import Any
 
 from experiments.report.families import Family
 from experiments.report.points import curve as read_curve
+from experiments.report.points import replacing
 
 TOP_K = 5  # points labelled in the curves and starred in the scatters
 CONTINUOUS_MIN_VALUES = 9  # a numeric key with at least this many distinct values: scatter
@@ -55,12 +56,14 @@ def draw(sweep_dir: Path, points: list[dict[str, Any]], keys: list[str], fam: Fa
         _key_panel(axis, key, ranked, fam)
         figure.tight_layout()
         written.append(f"metric_vs_{filename(key)}.png")
-        figure.savefig(sweep_dir / written[-1])
+        with replacing(sweep_dir / written[-1]) as temporary:
+            figure.savefig(temporary, format="png")
         plt.close(figure)
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
     _curves(axes, points, keys, ranked, fam)
     figure.tight_layout()
-    figure.savefig(sweep_dir / "learning_curves.png")
+    with replacing(sweep_dir / "learning_curves.png") as temporary:
+        figure.savefig(temporary, format="png")
     plt.close(figure)
     return [*written, "learning_curves.png"]
 

@@ -3,16 +3,22 @@
 A report is rebuilt after every point of a sweep, so reading all N points' records each time
 would cost O(N) file parses per point and O(N^2) over the sweep. The index
 (`<sweep>/.report_index.json`) keeps what the report needs of each point (its summary's
-fields, its overrides and down-sampled learning curves) with the sizes and mtimes of the files
-they came from; an update stats every point (cheap) and parses only the points that changed.
-The run directories stay the truth: delete the index and the next report rebuilds it.
+fields and overrides) with the sizes and mtimes of the files they came from. The update after
+a point parses that point, points new to the index and unfinished ones; a full report
+(`experiments-report`, the end of a sweep) stats every point and parses what changed. The
+learning curves are read from the run directories when figures are drawn. The run
+directories stay the truth: delete the index and the next report rebuilds it. Every file is
+replaced atomically: Slurm jobs of one sweep update the report concurrently, and a reader
+never sees half a file (a lost race costs at most a stale row until the next full report).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,10 +89,20 @@ class PointIndex:
         wins, and the loser's points are picked up by the next refresh."""
         if not self.dirty:
             return
-        temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(self.data, separators=(",", ":")), encoding="utf-8")
-        os.replace(temporary, self.path)
+        with replacing(self.path) as temporary:
+            temporary.write_text(json.dumps(self.data, separators=(",", ":")), encoding="utf-8")
         self.dirty = False
+
+
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """Write to a temporary name in the same folder, then rename over `path`."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def load_points(sweep_dir: Path) -> list[dict[str, Any]]:

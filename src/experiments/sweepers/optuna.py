@@ -64,7 +64,7 @@ class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
             self.n_trials = min(self.n_trials, math.prod(len(v) for v in grid.values()))
         directions = self._get_directions()
         study = self._open_study(directions)
-
+        self._hold_the_study()
         self._settle_interrupted(study, len(directions))
         earlier = study.get_trials(deepcopy=False)
         if earlier:
@@ -85,6 +85,28 @@ class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
                 self._tell(study, trial, ret, len(directions))
             to_go -= len(batch)
         self._save_results(study, len(directions))
+
+    def _hold_the_study(self) -> None:
+        """One search process per study: a second one (the same command in another shell)
+        would mark the first one's running trials as interrupted. Refused in one line; the
+        lock goes with the process, however it ends."""
+        import fcntl
+        import sys
+
+        storage = self.storage
+        if not (isinstance(storage, str) and storage.startswith("sqlite:///")):
+            return
+        lock = Path(storage.removeprefix("sqlite:///")).with_suffix(".lock")
+        self._lock = open(lock, "w")  # noqa: SIM115 (held until the process ends)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            print(
+                f"error: another search is running this study ({lock}); wait for it to end, "
+                "or run the search in another directory (hydra.sweep.dir=...)",
+                file=sys.stderr,
+            )
+            sys.exit(2)
 
     def _open_study(self, directions: list[str]) -> optuna.Study:
         storage = self.storage

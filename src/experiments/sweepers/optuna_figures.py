@@ -88,7 +88,7 @@ def _save(plot: Callable[[], Any], path: Path) -> bool:
         with matplotlib.rc_context(), _optuna_2_on_current_matplotlib():
             figure = plot().get_figure()
             _log_axes_in_values(figure)
-            temporary = path.with_name(f".{path.name}.tmp")
+            temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             figure.savefig(temporary, format="png", dpi=100, bbox_inches="tight")
         os.replace(temporary, path)  # a report being read never sees half a PNG
         return True
