@@ -44,15 +44,15 @@ def top_level_keys() -> frozenset[str]:
 
 
 def check_known_keys(values: dict[str, Any], choices: dict[str, str]) -> None:
-    _refuse_unknown("", values, top_level_keys(), "the run config")
+    refuse_unknown("", values, top_level_keys(), "the run config")
     for group in CLOSED_GROUPS:
         option = str(choices.get(group))
         known = option_keys(group, option)
         if known is not None and isinstance(values.get(group), dict):
-            _refuse_unknown(f"{group}.", values[group], known, f"{group}={option}")
+            refuse_unknown(f"{group}.", values[group], known, f"{group}={option}")
 
 
-def _refuse_unknown(prefix: str, node: dict[str, Any], known: frozenset[str], where: str) -> None:
+def refuse_unknown(prefix: str, node: dict[str, Any], known: frozenset[str], where: str) -> None:
     for key in sorted(set(node) - known):
         hint = nearest(key, sorted(known), prefix, "valid keys: ")
         raise ConfigError(f"{prefix}{key}", node[key], f"not a key of {where}; {hint}")

@@ -136,6 +136,7 @@ def run(
     try:
         if recorder.enabled and logger:
             recorder.trackers = _open_trackers(plan, logger, config or {})
+            recorder.artifact(_write_plan(plan))
         metrics = _engine(plan.engine).train(plan, recorder)
     except SystemExit:  # stopped by a signal (Slurm requeue, time limit) after a checkpoint
         recorder.finish("interrupted")
@@ -157,20 +158,19 @@ def run(
 
 
 def _open_trackers(plan: RunPlan, logger: dict[str, Any], config: dict[str, Any]) -> list[Any]:
-    """The logger group's trackers for this run (rank 0), with the plan as an artefact."""
-    import json
-
+    """The logger group's trackers for this run (rank 0)."""
     from experiments import loggers
 
-    trackers = loggers.open_trackers(logger, loggers.run_info(plan, config))
+    return loggers.open_trackers(logger, loggers.run_info(plan, config))
+
+
+def _write_plan(plan: RunPlan) -> Path:
+    """plan.json in the run directory: the artefact every tracker gets first."""
+    import json
+
     plan_file = plan.run_dir / "plan.json"
     plan_file.write_text(json.dumps(plan.as_dict(), indent=2, default=str), encoding="utf-8")
-    for tracker in trackers:
-        try:
-            tracker.artifact(plan_file)
-        except Exception as error:
-            log.warning("tracker %s: plan not logged (%s)", tracker.name, error)
-    return trackers
+    return plan_file
 
 
 def _artifacts(plan: RunPlan, metrics: dict[str, Any]) -> list[Path]:

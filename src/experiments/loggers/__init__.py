@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from omegaconf import OmegaConf
 
 from experiments.errors import ConfigError
-from experiments.known_keys import nearest
+from experiments.known_keys import refuse_unknown
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +86,7 @@ def validate(logger: dict[str, Any] | None) -> list[str]:
     for name, settings in (logger or {}).items():
         if name not in NAMES:
             raise ConfigError(f"logger.{name}", settings, "a tracker: " + ", ".join(NAMES))
-        known = _option_keys(name)
-        for key in sorted(set(settings or {}) - known):
-            hint = nearest(key, sorted(known), f"logger.{name}.", "valid keys: ")
-            raise ConfigError(f"logger.{name}.{key}", settings[key], f"not a key; {hint}")
+        refuse_unknown(f"logger.{name}.", settings or {}, _option_keys(name), f"logger={name}")
         package = "torch.utils.tensorboard" if name == "tensorboard" else name
         if _missing(package):
             raise ConfigError(
@@ -170,25 +167,24 @@ def run_info(plan: Any, config: dict[str, Any]) -> RunInfo:
 def prepare_sweep(logger: dict[str, Any] | None, sweep_dir: Path) -> None:
     """Before a sweep's first point: create what its points will share (MLflow's SQLite
     store and the sweep's experiment), so parallel Slurm jobs do not race to create it."""
-    for name in selected(logger):
-        preparer = getattr(module(name), "prepare_sweep", None)
-        if preparer is None:
-            continue
-        try:
-            preparer(logger[name] or {}, sweep_dir)
-        except Exception as error:
-            log.warning("tracker %s: sweep store not prepared (%s)", name, error)
+    _each_sweep_hook("prepare_sweep", logger, sweep_dir)
 
 
 def log_sweep_report(logger: dict[str, Any] | None, sweep_dir: Path, files: list[Path]) -> None:
     """The sweep's report (tables and figures) where the trackers take a sweep-level record:
     an MLflow run named "sweep report" in the sweep's experiment, a W&B run of job type
     "report" in the sweep's group."""
+    _each_sweep_hook("log_sweep_report", logger, sweep_dir, files)
+
+
+def _each_sweep_hook(hook: str, logger: dict[str, Any] | None, *args: Any) -> None:
+    """Call `hook(settings, *args)` of each selected tracker that has one; a failure is a
+    warning (the sweep's points and report stand without it)."""
     for name in selected(logger):
-        reporter = getattr(module(name), "log_sweep_report", None)
-        if reporter is None:
+        function = getattr(module(name), hook, None)
+        if function is None:
             continue
         try:
-            reporter(logger[name] or {}, sweep_dir, files)
+            function(logger[name] or {}, *args)
         except Exception as error:
-            log.warning("sweep report not sent to %s: %s", name, error)
+            log.warning("tracker %s: %s failed (%s)", name, hook, error)

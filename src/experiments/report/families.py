@@ -24,9 +24,6 @@ class Family:
     higher_is_better: bool
     curves: tuple[Curve, Curve]
 
-    def best(self, values: list[float]) -> float:
-        return max(values) if self.higher_is_better else min(values)
-
     def rank_key(self, value: float) -> float:
         """Sorting by this puts the best value first."""
         return -value if self.higher_is_better else value

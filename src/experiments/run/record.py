@@ -126,16 +126,8 @@ class RunRecorder:
             return
         append_jsonl(self.run_dir / METRICS, record)
         step = int(record.get("step", 0))
-        self._track(
-            {
-                f"{tag_prefix}/{key}": value
-                for key, value in record.items()
-                if key not in ("step", "epoch", "time")
-                and isinstance(value, (int, float))
-                and not isinstance(value, bool)
-            },
-            step,
-        )
+        scalars = _numbers({k: v for k, v in record.items() if k not in ("step", "epoch", "time")})
+        self._track({f"{tag_prefix}/{key}": value for key, value in scalars.items()}, step)
 
     def _track(self, metrics: dict[str, float], step: int) -> None:
         for tracker in [t for t in self.trackers if not t.uses_mmcv_hook]:
@@ -203,16 +195,20 @@ class RunRecorder:
         if error is not None:
             self.summary["error"] = error
         self._write_summary()
-        final = {
-            key: value
-            for key, value in (metrics or {}).items()
-            if isinstance(value, (int, float)) and not isinstance(value, bool)
-        }
         for tracker in list(self.trackers):
-            self._call(tracker, "finish", status, final)
+            self._call(tracker, "finish", status, _numbers(metrics or {}))
 
     def _write_summary(self) -> None:
         write_json_atomic(self.run_dir / SUMMARY, self.summary)
+
+
+def _numbers(values: dict[str, Any]) -> dict[str, float]:
+    """The entries trackers take: numbers (not bools, lists or strings)."""
+    return {
+        key: value
+        for key, value in values.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
 
 
 def _now() -> str:
