@@ -240,17 +240,35 @@ def pytest_terminal_summary(terminalreporter) -> None:
 CLUSTER_SH = REPO / "scripts" / "slurm" / "cluster.sh"
 
 
+# Two emulated nodes (one slurmd each on this host): single-node jobs land on either, and the
+# multi-node tests (test_multinode.py) place ranks on both.
+SLURM_NODES = ("exp-node1", "exp-node2")
+
+
+def slurm_state_dir() -> Path:
+    return Path(os.environ.get("SLURM_TEST_DIR", "/tmp/experiments-slurm"))
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
-    """A real single-node Slurm cluster (munge, slurmctld, slurmd, slurmdbd), started by the
-    repo's script and stopped after the session: always, even when a test failed or the start
-    itself failed half-way. cluster.sh exits 3 only when this machine cannot host Slurm (not
-    root, no apt-get, packages not installable): a skip with its reason, but a failure under
-    CI=true. Any other failure (daemons not starting, node not idle, ...) fails the tests
-    with the script's last log lines."""
+    """A real Slurm cluster of two emulated nodes (munge, slurmctld, a slurmd per node,
+    slurmdbd), started by the repo's script and stopped after the session: always, even when a
+    test failed or the start itself failed half-way. cluster.sh exits 3 only when this machine
+    cannot host Slurm (not root, no apt-get, packages not installable): a skip with its reason,
+    but a failure under CI=true. Any other failure (daemons not starting, node not idle, ...)
+    fails the tests with the script's last log lines.
+
+    Every client call of the session (sbatch, squeue, sacct, submitit) and every job it
+    submits gets SLURM_CONF of this cluster: /etc/slurm/slurm.conf may belong to another
+    cluster (a login node's), and the script never writes it."""
+    saved_conf = os.environ.get("SLURM_CONF")
     try:
         # Untagged: the daemons must outlive the script (they are stopped below).
-        proc = processes.run(["bash", str(CLUSTER_SH), "start"], timeout=480, tagged=False)
+        proc = processes.run(
+            ["bash", str(CLUSTER_SH), "start", "--nodes", str(len(SLURM_NODES))],
+            timeout=480,
+            tagged=False,
+        )
         said = (proc.stdout.strip().splitlines() or [""])[-1]
         if proc.returncode == 3:
             reason = said or (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -264,6 +282,11 @@ def slurm_cluster():
                 f"--- its last log lines ---\n{log}",
                 pytrace=False,
             )
+        os.environ["SLURM_CONF"] = str(slurm_state_dir() / "etc" / "slurm.conf")
         yield said
     finally:
+        if saved_conf is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = saved_conf
         processes.run(["bash", str(CLUSTER_SH), "stop"], timeout=180, tagged=False)

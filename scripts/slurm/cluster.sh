@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# A real single-node Slurm cluster on this machine, for the test suite (Debian/Ubuntu, run as root).
+# A real Slurm cluster on this machine, for the test suite (Debian/Ubuntu, run as root): one node,
+# or N emulated nodes (one slurmd each, own port/spool/pid file, names resolving to 127.0.0.1).
 #
-#   scripts/slurm/cluster.sh start     install packages if missing, (re)create the state dir, start
-#                                      the daemons, wait until the node is idle.  Exit 0 = ready.
-#                                      Already running and healthy -> reused (nothing wiped), exit 0.
+#   scripts/slurm/cluster.sh start [--nodes N]
+#                                      install packages if missing, (re)create the state dir, start
+#                                      the daemons, wait until every node is idle.  Exit 0 = ready.
+#                                      N = 1 (default): one node named after this host; N > 1:
+#                                      nodes exp-node1..exp-nodeN.  Already running and healthy
+#                                      with the same nodes -> reused (nothing wiped), exit 0.
 #   scripts/slurm/cluster.sh stop      cancel all jobs, stop the daemons this script started, exit 0.
 #   scripts/slurm/cluster.sh restart   stop + start (fresh state: job ids restart at 1).
 #   scripts/slurm/cluster.sh status    print "running ..." and exit 0, or "stopped" and exit 1.
@@ -40,11 +44,12 @@
 #                             many seconds (+1) before it may start again [20; Slurm's default is 120].
 #                             (`scontrol update JobId=<id> StartTime=now` skips the wait.)
 #   SLURM_TEST_START_TIMEOUT  seconds to wait for the daemons / idle node [60]
-#   SLURM_TEST_PORT_BASE      slurmctld port; slurmd = +1, slurmdbd = +2, mariadb = +3 [6817]
+#   SLURM_TEST_PORT_BASE      slurmctld port; slurmdbd = +2, mariadb = +3, node i's slurmd = +10+i
+#                             [6817]
 #
-# Clients (sbatch, squeue, sacct, submitit) read /etc/slurm/slurm.conf, which start writes (a copy
-# of $SLURM_TEST_DIR/etc/slurm.conf, marked as ours).  If /etc/slurm/slurm.conf exists and is not
-# ours it is left alone and clients need SLURM_CONF=$SLURM_TEST_DIR/etc/slurm.conf (see `env`).
+# Clients (sbatch, squeue, sacct, submitit, and the jobs they submit) must be given
+# SLURM_CONF=$SLURM_TEST_DIR/etc/slurm.conf (see `env`): /etc/slurm/slurm.conf is never written, so a
+# machine that already has one (a login node of a real cluster) keeps talking to its own cluster.
 set -uo pipefail
 
 STATE=${SLURM_TEST_DIR:-/tmp/experiments-slurm}
@@ -54,10 +59,11 @@ PARTITION=${SLURM_TEST_PARTITION:-debug}
 KILL_WAIT=${SLURM_TEST_KILL_WAIT:-10}
 REQUEUE_DELAY=${SLURM_TEST_REQUEUE_DELAY:-20}
 PORT=${SLURM_TEST_PORT_BASE:-6817}
-CTLD_PORT=$PORT SLURMD_PORT=$((PORT + 1)) DBD_PORT=$((PORT + 2)) DB_PORT=$((PORT + 3))
+CTLD_PORT=$PORT DBD_PORT=$((PORT + 2)) DB_PORT=$((PORT + 3))
 MARKER="# experiments-slurm-test-cluster (written by scripts/slurm/cluster.sh)"
 CONF=$STATE/etc/slurm.conf
-ETC_CONF=/etc/slurm/slurm.conf
+ETC_CONF=/etc/slurm/slurm.conf  # written by earlier versions of this script: removed when ours
+NODES_FILE=$STATE/nodes           # the node names of the running cluster, one per line
 # Every daemon is started with this variable in its environment, so that `stop` can also find
 # processes it started whose PID file is gone (e.g. state dir deleted) and the slurmstepds they left.
 TAG_VAR=EXPERIMENTS_SLURM_TEST_CLUSTER
@@ -138,9 +144,9 @@ stop_daemons() {
   fi
   # All at once: ~3 s; one after the other takes ~2 s per daemon.
   local pids=""
-  for d in slurmd slurmctld slurmdbd mariadbd munged; do p=$(pid_of "$d"); alive "$p" && pids="$pids $p"; done
+  for d in $(node_daemons) slurmctld slurmdbd mariadbd munged; do p=$(pid_of "$d"); alive "$p" && pids="$pids $p"; done
   kill_wait "$pids" 15
-  rm -f "$STATE"/run/{slurmd,slurmctld,slurmdbd,mariadbd,munged}.pid
+  rm -f "$STATE"/run/{slurmd*,slurmctld,slurmdbd,mariadbd,munged}.pid
   # Anything else we started (slurmstepd of a job that would not die, daemons whose PID file
   # was lost): found by the tag in their environment.
   p=$(tagged_pids | tr '\n' ' ')
@@ -148,8 +154,15 @@ stop_daemons() {
   return 0
 }
 
+# One slurmd per node: its PID file is run/slurmd-<node>.pid.
+node_names() { cat "$NODES_FILE" 2>/dev/null; }
+node_daemons() { local n; for n in $(node_names); do echo "slurmd-$n"; done; }
+
 is_running() {
-  alive "$(pid_of munged)" && alive "$(pid_of slurmctld)" && alive "$(pid_of slurmd)" || return 1
+  local d
+  [ -s "$NODES_FILE" ] || return 1
+  alive "$(pid_of munged)" && alive "$(pid_of slurmctld)" || return 1
+  for d in $(node_daemons); do alive "$(pid_of "$d")" || return 1; done
   SLURM_CONF=$CONF timeout 5 scontrol ping 2>/dev/null | grep -q UP
 }
 
@@ -158,7 +171,7 @@ status_line() {
   node_state=$(SLURM_CONF=$CONF timeout 5 sinfo -h -o %T 2>/dev/null | head -1)
   local acct=no
   alive "$(pid_of slurmdbd)" && acct=yes
-  echo "partition=$(cat "$STATE/partition" 2>/dev/null) node=$(cat "$STATE/nodename" 2>/dev/null)" \
+  echo "partition=$(cat "$STATE/partition" 2>/dev/null) nodes=$(node_names | paste -sd, -)" \
     "state=${node_state:-unknown} cpus=$(cat "$STATE/cpus" 2>/dev/null)" \
     "mem_mb=$(cat "$STATE/mem_mb" 2>/dev/null) accounting=$acct SLURM_CONF=$CONF dir=$STATE"
 }
@@ -216,6 +229,15 @@ apt_error() {
     | grep -E '^(E|W):|rror' | tail -n 1 | tr -d '\r'
 }
 
+# node i listens on CTLD_PORT + 10 + i; all run on this host (NodeHostname) at 127.0.0.1.
+node_lines() {
+  local i=0 n
+  for n in "${NODES[@]}"; do
+    i=$((i + 1))
+    echo "NodeName=$n NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((CTLD_PORT + 10 + i)) CPUs=$CPUS RealMemory=$MEM_MB State=UNKNOWN"
+  done
+}
+
 write_slurm_conf() {  # $1 = yes|no (accounting)
   local acct=""
   [ "$1" = yes ] && acct="AccountingStorageType=accounting_storage/slurmdbd
@@ -229,20 +251,20 @@ JobAcctGatherFrequency=30"
 $MARKER
 # state dir: $STATE
 ClusterName=experiments
-SlurmctldHost=$NODE(127.0.0.1)
+SlurmctldHost=$HOST(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$STATE/munge/munge.socket.2,cred_expire=$REQUEUE_DELAY
 SlurmctldPort=$CTLD_PORT
-SlurmdPort=$SLURMD_PORT
 StateSaveLocation=$STATE/spool/ctld
-SlurmdSpoolDir=$STATE/spool/d
+# one slurmd per node on this host (%n = the node's name)
+SlurmdSpoolDir=$STATE/spool/d/%n
 SlurmctldPidFile=$STATE/run/slurmctld.daemon.pid
-SlurmdPidFile=$STATE/run/slurmd.daemon.pid
+SlurmdPidFile=$STATE/run/slurmd-%n.daemon.pid
 SlurmctldLogFile=$STATE/log/slurmctld.log
-SlurmdLogFile=$STATE/log/slurmd.log
+SlurmdLogFile=$STATE/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
@@ -259,7 +281,7 @@ SchedulerParameters=sched_interval=5,bf_interval=5
 MinJobAge=300
 InactiveLimit=0
 $acct
-NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=$MEM_MB State=UNKNOWN
+$(node_lines)
 PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
 }
@@ -304,12 +326,31 @@ EOF
     || { log "slurmdbd did not come up: $(last_error slurmdbd)"; return 1; }
 }
 
+# The node names for N nodes: this host's name for one node, exp-node1..N for several.
+plan_nodes() {
+  HOST=$(hostname -s 2>/dev/null || hostname)
+  [ -n "$HOST" ] || failed "empty hostname"
+  NODES=()
+  if [ "$NODE_COUNT" = 1 ]; then
+    NODES=("$HOST")
+  else
+    local i; for i in $(seq "$NODE_COUNT"); do NODES+=("exp-node$i"); done
+  fi
+}
+
+# Earlier versions of this script wrote /etc/slurm/slurm.conf: remove it if it is ours.
+remove_our_etc_conf() {
+  [ -f "$ETC_CONF" ] && grep -qxF "$MARKER" "$ETC_CONF" && rm -f "$ETC_CONF"
+  return 0
+}
+
 cmd_start() {
   local t0 t_inst acct=no
   t0=$(now)
   [ "$(id -u)" = 0 ] || unavailable "must run as root (uid $(id -u))"
   case $ACCOUNTING in auto|1|0) ;; *) usage_error "SLURM_TEST_ACCOUNTING must be auto, 1 or 0, not '$ACCOUNTING'";; esac
-  if is_running; then
+  plan_nodes
+  if is_running && [ "$(node_names | paste -sd' ' -)" = "${NODES[*]}" ]; then
     log "already running, reusing it (use 'restart' for a fresh cluster)"
     echo "SLURM-READY: $(status_line)"
     return 0
@@ -342,21 +383,23 @@ cmd_start() {
   fi
   log "packages ready in $(elapsed "$t_inst") s"
 
-  # Node.
-  NODE=$(hostname -s 2>/dev/null || hostname)
-  [ -n "$NODE" ] || failed "empty hostname"
-  if ! getent hosts "$NODE" >/dev/null; then
-    log "adding '127.0.0.1 $NODE' to /etc/hosts"
-    echo "127.0.0.1 $NODE" >>/etc/hosts || failed "hostname '$NODE' does not resolve and /etc/hosts is not writable"
-  fi
+  # Nodes: every name must resolve (torch's MASTER_ADDR is the first node of a job).
+  local n
+  for n in "$HOST" "${NODES[@]}"; do
+    getent hosts "$n" >/dev/null && continue
+    log "adding '127.0.0.1 $n' to /etc/hosts"
+    echo "127.0.0.1 $n" >>/etc/hosts || failed "node name '$n' does not resolve and /etc/hosts is not writable"
+  done
   local nproc_; nproc_=$(nproc)
   CPUS=${SLURM_TEST_CPUS:-$((nproc_ > 8 ? nproc_ : 8))}
   MEM_MB=${SLURM_TEST_MEM_MB:-$(awk '/^MemTotal:/ { m = $2 / 1024 * 0.8; if (m < 16384) m = 16384; printf "%d", m }' /proc/meminfo)}
-  echo "$NODE" >"$STATE/nodename"; echo "$CPUS" >"$STATE/cpus"; echo "$MEM_MB" >"$STATE/mem_mb"
+  echo "$CPUS" >"$STATE/cpus"; echo "$MEM_MB" >"$STATE/mem_mb"
   echo "$PARTITION" >"$STATE/partition"
 
   local p
-  for p in "$CTLD_PORT" "$SLURMD_PORT"; do
+  local i
+  for i in $(seq 0 "$NODE_COUNT"); do
+    p=$((CTLD_PORT + (i > 0 ? 10 + i : 0)))
     port_busy "$p" && failed "port $p on 127.0.0.1 is already in use (another Slurm? set SLURM_TEST_PORT_BASE)"
   done
   if [ "$ACCOUNTING" != 0 ]; then
@@ -391,18 +434,20 @@ cmd_start() {
   fi
 
   write_slurm_conf "$acct"
-  if [ -e "$ETC_CONF" ] && ! grep -qxF "$MARKER" "$ETC_CONF"; then
-    log "warning: $ETC_CONF exists and is not ours; left alone. Clients need: export SLURM_CONF=$CONF"
-  else
-    mkdir -p /etc/slurm && cp "$CONF" "$ETC_CONF" || failed "cannot write $ETC_CONF"
-  fi
+  remove_our_etc_conf
 
   spawn slurmctld slurmctld -D -i
   wait_for "$START_TIMEOUT" slurmctld slurmctld sh -c "SLURM_CONF='$CONF' scontrol ping | grep -q UP" \
     || failed "slurmctld did not start: $(last_error slurmctld)"
-  spawn slurmd slurmd -D -N "$NODE"
-  wait_for "$START_TIMEOUT" slurmd "node $NODE idle" sh -c "SLURM_CONF='$CONF' sinfo -h -n '$NODE' -o %T | grep -qx idle" \
-    || failed "node $NODE not idle after ${START_TIMEOUT}s: $(SLURM_CONF=$CONF sinfo -h -o '%T %E' 2>&1 | head -1); $(last_error slurmd)"
+  printf '%s\n' "${NODES[@]}" >"$NODES_FILE"
+  for n in "${NODES[@]}"; do
+    mkdir -p "$STATE/spool/d/$n"
+    spawn "slurmd-$n" slurmd -D -N "$n"
+  done
+  for n in "${NODES[@]}"; do
+    wait_for "$START_TIMEOUT" "slurmd-$n" "node $n idle" sh -c "SLURM_CONF='$CONF' sinfo -h -n '$n' -o %T | grep -qx idle" \
+      || failed "node $n not idle after ${START_TIMEOUT}s: $(SLURM_CONF=$CONF sinfo -h -n "$n" -o '%T %E' 2>&1 | head -1); $(last_error "slurmd-$n")"
+  done
   log "started in $(elapsed "$t0") s"
   echo "SLURM-READY: $(status_line)"
 }
@@ -410,6 +455,7 @@ cmd_start() {
 cmd_stop() {
   local t0; t0=$(now)
   stop_daemons
+  remove_our_etc_conf
   log "stopped in $(elapsed "$t0") s"
 }
 
@@ -423,11 +469,23 @@ cmd_status() {
   fi
 }
 
-case ${1:-} in
+COMMAND=${1:-}
+shift || true
+NODE_COUNT=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --nodes) NODE_COUNT=${2:-}; shift 2 || usage_error "--nodes needs a number" ;;
+    --nodes=*) NODE_COUNT=${1#--nodes=}; shift ;;
+    *) usage_error "unknown argument '$1' (usage: $0 start|restart [--nodes N] | stop | status | env)" ;;
+  esac
+done
+case $NODE_COUNT in ''|*[!0-9]*|0) usage_error "--nodes must be a whole number >= 1, not '$NODE_COUNT'" ;; esac
+
+case $COMMAND in
   start) cmd_start ;;
   stop) cmd_stop ;;
   restart) cmd_stop; cmd_start ;;
   status) cmd_status ;;
   env) echo "export SLURM_CONF=$CONF" ;;
-  *) echo "usage: $0 start|stop|restart|status|env" >&2; exit 2 ;;
+  *) echo "usage: $0 start|restart [--nodes N] | stop | status | env" >&2; exit 2 ;;
 esac
