@@ -72,6 +72,15 @@ def _first_line(error: BaseException) -> str:
     return lines[0] if lines else ""
 
 
+def _slurm_launcher(config: DictConfig) -> dict[str, Any] | None:
+    """The launcher fields when hydra-submitit-launcher submits to Slurm, else None."""
+    if not str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher"):
+        return None
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(config.launcher, resolve=True)  # type: ignore[return-value]
+
+
 def _print(text: str) -> None:
     """Print and flush now, so a closed stdout is noticed here (and handled) rather than at
     the interpreter's exit."""
@@ -184,6 +193,11 @@ class ExperimentsCallback(Callback):
 
         # The command the user typed, recorded by every point (Slurm jobs inherit it).
         os.environ.setdefault(COMMAND_ENV, user_command())
+        slurm_launcher = _slurm_launcher(config)
+        if slurm_launcher is not None and not config.dry_run:
+            from experiments.launchers import slurm
+
+            slurm.prepare_submission(slurm_launcher)  # no sbatch: one line, nothing written
         points = sweep_points(config)
         if points is None:  # e.g. Optuna: it picks points while it runs
             if config.dry_run:

@@ -2,16 +2,32 @@
 
 The sbatch script shown in a dry run is made by submitit's own `_make_sbatch_string`, from the
 same parameters hydra-submitit-launcher will hand it, so what is printed is what is queued.
+
+Where users meet Slurm, in the login process (`prepare_submission`, called by the callback
+before anything is written): no sbatch/srun on PATH is one line and exit 2; sbatch refusing the
+job is one line with Slurm's reason and the `launcher.*` key to change; without Slurm
+accounting, submitit's failing sacct polls are reported once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
+import re
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 from experiments.errors import ConfigError
 from experiments.validation import integer
+
+log = logging.getLogger(__name__)
+
+# submitit submits with sbatch and refuses to start when srun is not on PATH.
+CLIENT_TOOLS = ("sbatch", "srun")
 
 
 def world_size(launcher: dict) -> int:
@@ -83,6 +99,139 @@ def command(launcher: dict, overrides: list[str], run_dir: str) -> list[str]:
         **sbatch_parameters(launcher, "train"),
     )
     return script.splitlines()
+
+
+# ---------------------------------------------------------------- the login process
+
+
+def prepare_submission(launcher: dict) -> None:
+    """Before hydra-submitit-launcher submits (and before Hydra writes the sweep directory):
+    refuse a machine without Slurm's client, and make sbatch's refusals and sacct's failures
+    readable (see the module docstring)."""
+    missing = [tool for tool in CLIENT_TOOLS if shutil.which(tool) is None]
+    if missing:
+        raise ConfigError(
+            "launcher",
+            "slurm",
+            f"Slurm's {' and '.join(missing)} not found on PATH; run on a Slurm login node "
+            "(or install Slurm's client, e.g. apt-get install slurm-client), or use "
+            "launcher=local or launcher=torchrun",
+        )
+    _refusals_in_one_line(launcher)
+    _sacct_failure_once()
+
+
+# Slurm's reasons for refusing a job (sbatch's stderr), most specific first, and the launcher
+# keys that change what was asked for. A reason matching none is still shown, as Slurm said it.
+REFUSALS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (r"memory", ("mem_gb",)),
+    (r"time limit", ("timeout_min",)),
+    (r"account", ("account", "partition")),
+    (r"partition", ("partition",)),
+    (r"qos", ("qos",)),
+    (r"feature|constraint", ("constraint",)),
+    (r"gres|generic resource|gpu", ("gpus_per_node",)),
+    (r"node count", ("nodes",)),
+    (
+        r"processors|cpu count|node configuration is not available",
+        ("cpus_per_task", "tasks_per_node", "nodes"),
+    ),
+)
+
+
+NOTHING_QUEUED = "nothing was queued"
+
+
+def refusal(said: str, launcher: dict) -> tuple[str, bool]:
+    """sbatch's stderr as one line: Slurm's reason, and the launcher keys (with their values)
+    that change it. Also whether a key was found (a refused resource request is a config error,
+    exit 2; an unknown reason, e.g. no controller, is not)."""
+    reasons: list[str] = []
+    for line in said.splitlines():
+        reason = re.sub(r"^(sbatch: )?(error: )?(Batch job submission failed: )?", "", line.strip())
+        if reason and reason not in reasons:
+            reasons.append(reason)
+    text = "; ".join(reasons) or "no reason given"
+    for pattern, keys in REFUSALS:
+        if re.search(pattern, text, re.IGNORECASE):
+            shown = [f"launcher.{key}={launcher.get(key)}" for key in keys]
+            change = ", ".join(shown[:-1]) + " or " + shown[-1] if len(shown) > 1 else shown[0]
+            return f"error: Slurm refused the job ({text}): change {change}; {NOTHING_QUEUED}", True
+    return f"error: Slurm refused the job: {text}; {NOTHING_QUEUED}", False
+
+
+def _refusals_in_one_line(launcher: dict) -> None:
+    """submitit turns a refused sbatch into a FailedJobError, which Hydra prints as a
+    40-line traceback after submitit printed sbatch's stderr: here it is one line instead
+    (`refusal`), and the login process exits. Installed on submitit's SlurmExecutor, whose
+    `_submit_command` runs sbatch for a single job and for a sweep's array alike."""
+    from submitit.core.utils import FailedJobError
+    from submitit.slurm.slurm import SlurmExecutor
+
+    submit = SlurmExecutor._submit_command
+    if getattr(submit, "one_line_refusals", False):
+        return
+
+    def _submit_command(executor: Any, command: str) -> Any:
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(said):  # submitit prints sbatch's stderr here
+                return submit(executor, command)
+        except FailedJobError as error:
+            line, is_config = refusal(str(error) or said.getvalue(), launcher)
+            print(line, file=sys.stderr)
+            raise SystemExit(ConfigError.exit_code if is_config else 1) from None
+
+    _submit_command.one_line_refusals = True  # type: ignore[attr-defined]
+    SlurmExecutor._submit_command = _submit_command  # type: ignore[method-assign]
+
+
+class SacctFailureOnce(logging.Filter):
+    """On submitit's logger. submitit polls sacct for job states while the login process
+    waits; without Slurm accounting every poll fails, and each failure was a "Bypassing sacct
+    error" warning printed three times (submitit's stdout and stderr handlers, and Hydra's
+    root handler). The first is reported once, through this module's logger; the rest are
+    dropped (`failed` also tells the watcher to stop showing sacct's own stderr)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "Bypassing sacct error" not in record.getMessage():
+            return True
+        if not self.failed:
+            self.failed = True
+            log.warning(
+                "%s (no Slurm accounting? submitit then sees a job end by its result file; "
+                "this warning is not repeated)",
+                record.getMessage(),
+            )
+        return False
+
+
+def _sacct_failure_once() -> SacctFailureOnce:
+    """Install SacctFailureOnce, and a sacct watcher that, once sacct has failed, discards
+    sacct's stderr (without accounting it says "Slurm accounting storage is disabled" at each
+    poll). Job states still come from sacct whenever it answers."""
+    from submitit.slurm.slurm import SlurmInfoWatcher, SlurmJob
+
+    submitit_log = logging.getLogger("submitit")
+    for installed in submitit_log.filters:
+        if isinstance(installed, SacctFailureOnce):
+            return installed
+    once = SacctFailureOnce()
+    submitit_log.addFilter(once)
+
+    class QuietSacctWatcher(SlurmInfoWatcher):
+        def _make_command(self) -> list[str] | None:
+            command = super()._make_command()
+            if command is None or not once.failed:
+                return command
+            return ["sh", "-c", 'exec "$0" "$@" 2>/dev/null', *command]
+
+    SlurmJob.watcher = QuietSacctWatcher(delay_s=SlurmJob.watcher._delay_s)
+    return once
 
 
 def export_rank_env() -> None:
