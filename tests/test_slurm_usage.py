@@ -1,4 +1,5 @@
-"""Slurm where users meet it: a machine without Slurm, sbatch refusing a job.
+"""Slurm where users meet it: a machine without Slurm, sbatch refusing a job, what a dry run
+says would be queued.
 
 The cluster tests (marked slurm) use the session's real cluster (tests/conftest.py); the
 others need no Slurm at all."""
@@ -29,6 +30,15 @@ def _written(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
+def _stand_ins(folder: Path, scripts: dict[str, str]) -> Path:
+    """Shell scripts named after Slurm's commands, in `folder`."""
+    folder.mkdir()
+    for name, body in scripts.items():
+        (folder / name).write_text(f"#!/bin/sh\n{body}\n")
+        (folder / name).chmod(0o755)
+    return folder
+
+
 def _path_without_slurm(folder: Path) -> str:
     """This PATH as a machine without Slurm has it: every command on it linked into `folder`
     except Slurm's, after the console script's own folder (as a user's shell would have it)."""
@@ -43,6 +53,14 @@ def _path_without_slurm(folder: Path) -> str:
             if os.access(entry, os.X_OK):
                 link.symlink_to(entry)
     return f"{BIN}{os.pathsep}{folder}"
+
+
+def _dry_run_script(stdout: str) -> list[str]:
+    """The sbatch script a dry run prints (the first plan's, for a sweep)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.endswith("it would execute:")) + 1
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("  library config"))
+    return [line.removeprefix("    ") for line in lines[start:end]]
 
 
 @pytest.mark.slow
@@ -142,6 +160,45 @@ def test_sbatch_refusal_is_one_line_with_slurms_reason_and_the_key(
     else:
         expected = f"error: Slurm refused the job: {reason}; nothing was queued"
     assert (line, config_error) == (expected, bool(keys))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "array"),
+    [(["launcher=slurm"], None), (["-m", "launcher=slurm", "seed=1,2"], "0-1%2")],
+    ids=["plain", "sweep"],
+)
+def test_dry_run_shows_the_script_submitit_gives_sbatch(
+    args: list[str], array: str | None, tmp_path: Path
+) -> None:
+    """The same command, once as a dry run and once for real, with an sbatch that keeps the
+    script it is given and refuses the job (so nothing runs): the two scripts are equal, so the
+    dry run shows the real interpreter, sweep directory and, for a sweep, the job array."""
+    record = tmp_path / "submitted.sh"
+    refused = "sbatch: error: Batch job submission failed: Unable to contact slurm controller"
+    bin_dir = _stand_ins(
+        tmp_path / "bin",
+        {"sbatch": f'cp "$1" {record}\necho "{refused}" >&2\nexit 1', "srun": "exit 1"},
+    )
+    env = {"PATH": f"{bin_dir}{os.pathsep}{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    work = tmp_path / "work"
+    work.mkdir()
+    dry = run_cli([*args, *TINY, "dry_run=true"], cwd=work, env=env)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert not record.exists() and _written(work) == []
+    real = run_cli([*args, *TINY], cwd=work, env=env)
+    assert real.returncode == 1, real.stderr[-2000:]  # an unknown reason: not a config error
+    assert real.stderr.strip().splitlines() == [
+        "error: Slurm refused the job: Unable to contact slurm controller; nothing was queued"
+    ]
+    submitted = record.read_text().splitlines()
+    assert _dry_run_script(dry.stdout) == submitted
+    command = submitted[-1].split()
+    python = command[command.index("-u") - 1]
+    assert Path(python).is_absolute() and Path(python).parent == BIN, command
+    assert ("#SBATCH --array=" + str(array) in submitted) == bool(array)
+    (sweep,) = (work / "outputs" / "multiruns").iterdir()
+    assert all(str(sweep) in line for line in submitted if "--output" in line), submitted
 
 
 @pytest.mark.slow

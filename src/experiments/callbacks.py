@@ -127,6 +127,16 @@ def _verdict_lines(points: list[list[str]], plans: list[Any]) -> str:
     return "\n".join(lines)
 
 
+def _as_one_array(plans: list[Any], launcher: dict[str, Any], points: int) -> None:
+    """hydra-submitit-launcher submits a sweep's points as one job array, with the sweep's
+    (not a point's) launcher fields: each point's plan shows that one sbatch script."""
+    from experiments.launchers import slurm
+
+    for plan in plans:
+        if plan is not None:
+            plan.launch_command = slurm.command(launcher, [], str(plan.run_dir), points=points)
+
+
 def _prepare_trackers(config: DictConfig) -> None:
     """The sweep's shared tracker stores, made once here rather than by racing points."""
     if not config.get("logger"):
@@ -231,6 +241,8 @@ class ExperimentsCallback(Callback):
             except Exception as error:  # e.g. an unknown key in one point's overrides
                 plans.append(None)
                 refusals.append((number, f"{type(error).__name__}: {_first_line(error)}"))
+        if slurm_launcher is not None and len(points) > 1:
+            _as_one_array(plans, slurm_launcher, len(points))
         if config.dry_run and swept and config.dry_run != "json":
             _print(_verdict_lines(points, plans))
         for number, message in refusals:

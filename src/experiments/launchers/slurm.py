@@ -1,7 +1,8 @@
 """Slurm through submitit: one Slurm task per torch.distributed rank.
 
 The sbatch script shown in a dry run is made by submitit's own `_make_sbatch_string`, from the
-same parameters hydra-submitit-launcher will hand it, so what is printed is what is queued.
+same parameters hydra-submitit-launcher will hand it (the same python, the same folder, an
+array for a sweep of several points), so what is printed is what is queued.
 
 Where users meet Slurm, in the login process (`prepare_submission`, called by the callback
 before anything is written): no sbatch/srun on PATH is one line and exit 2; sbatch refusing the
@@ -16,6 +17,7 @@ import io
 import logging
 import os
 import re
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -28,6 +30,9 @@ log = logging.getLogger(__name__)
 
 # submitit submits with sbatch and refuses to start when srun is not on PATH.
 CLIENT_TOOLS = ("sbatch", "srun")
+# hydra-submitit-launcher's default (SlurmQueueConf.array_parallelism; conf/launcher/slurm.yaml
+# leaves it alone): at most this many array tasks of a sweep run at once.
+ARRAY_PARALLELISM = 256
 
 
 def world_size(launcher: dict) -> int:
@@ -64,7 +69,9 @@ def validate(launcher: dict) -> None:
 
 
 def sbatch_parameters(launcher: dict, job_name: str) -> dict[str, object]:
-    """The sbatch options submitit derives from our launcher fields."""
+    """The sbatch options submitit derives from our launcher fields (conf/launcher/slurm.yaml
+    maps them onto hydra.launcher; submitit drops only the unset ones, so an empty `setup`
+    still gives the script its `# setup` section)."""
     parameters: dict[str, object] = {
         "job_name": job_name,
         "nodes": launcher["nodes"],
@@ -73,30 +80,36 @@ def sbatch_parameters(launcher: dict, job_name: str) -> dict[str, object]:
         "mem": f"{launcher['mem_gb']}GB",
         "time": launcher["timeout_min"],
         "signal_delay_s": launcher["signal_delay_s"],
+        "setup": list(launcher.get("setup") or []),
+        "additional_parameters": dict(launcher.get("additional_parameters") or {}),
+        "array_parallelism": ARRAY_PARALLELISM,
     }
     if launcher["gpus_per_node"]:
         parameters["gpus_per_node"] = launcher["gpus_per_node"]
     for key in ("partition", "account", "qos", "constraint"):
         if launcher.get(key):
             parameters[key] = launcher[key]
-    if launcher.get("setup"):
-        parameters["setup"] = list(launcher["setup"])
-    if launcher.get("additional_parameters"):
-        parameters["additional_parameters"] = dict(launcher["additional_parameters"])
     return parameters
 
 
-def command(launcher: dict, overrides: list[str], run_dir: str) -> list[str]:
-    """The sbatch script, as lines."""
+def command(launcher: dict, overrides: list[str], run_dir: str, points: int = 1) -> list[str]:
+    """The sbatch script submitit will write, as lines. A sweep of several points is one job
+    array (`points` tasks, as submitit's map_array submits it); one point is a plain job."""
     from submitit.slurm.slurm import _make_sbatch_string
 
     # The run directory is <sweep dir>/<point>; submitit's folder is <sweep dir>/.submitit/%j
     # and the job is named after the Hydra job ("train"), as conf/launcher/slurm.yaml sets them.
-    folder = str(Path(run_dir).parent / ".submitit" / "%j")
+    # submitit runs the job with the login process's own interpreter (sys.executable).
+    folder = str(Path(run_dir).absolute().parent / ".submitit" / "%j")
+    parameters = sbatch_parameters(launcher, "train")
+    if points > 1:
+        parameters["map_count"] = points
     script = _make_sbatch_string(
-        command=f"python -u -m submitit.core._submit {folder}",
+        command=" ".join(
+            [shlex.quote(sys.executable), "-u -m submitit.core._submit", shlex.quote(folder)]
+        ),
         folder=folder,
-        **sbatch_parameters(launcher, "train"),
+        **parameters,
     )
     return script.splitlines()
 
