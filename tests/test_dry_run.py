@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from .conftest import CLI, run_cli
+from .conftest import CLI, REPO, run_cli
 
 # Each test starts the real CLI (a few seconds each): part of `make test`, not `make check`.
 pytestmark = pytest.mark.slow
@@ -170,3 +171,28 @@ def test_slurm_dry_runs_and_refusals_never_call_slurm(args: list[str], tmp_path:
     assert result.returncode == (2 if "dry_run" not in " ".join(args) else 0), result.stderr[-2000:]
     assert not calls.exists(), calls.read_text()
     assert _written(work) == []
+
+
+def _readme_slurm_commands() -> list[list[str]]:
+    """The README's complete `experiments-train ... launcher=slurm ...` commands (not the
+    ones with `...`), continuation lines joined, comments dropped."""
+    text = (REPO / "README.md").read_text(encoding="utf-8").replace("\\\n", " ")
+    commands = []
+    for line in text.splitlines():
+        words = shlex.split(line, comments=True) if line.startswith("experiments-train") else []
+        if "launcher=slurm" in words and "..." not in words:
+            commands.append(words[1:])
+    return commands
+
+
+def test_readme_slurm_examples_pass_their_dry_run_as_written(tmp_path: Path) -> None:
+    """Each Slurm example of the README is accepted as written (once `single` with 8 ranks
+    was refused there); the dry run stands in for the submission."""
+    commands = _readme_slurm_commands()
+    assert len(commands) >= 3, commands  # the quick-start line and the Slurm section's
+    for args in commands:
+        args = [*(a for a in args if not a.startswith("dry_run=")), "dry_run=true"]
+        result = run_cli(args, cwd=tmp_path)
+        assert result.returncode == 0, (shlex.join(args), result.stderr[-2000:])
+        assert "#SBATCH --nodes=" in result.stdout
+    assert _written(tmp_path) == []

@@ -1,5 +1,5 @@
-"""Slurm where users meet it: a machine without Slurm, sbatch refusing a job, what a dry run
-says would be queued.
+"""Slurm where users meet it: a machine without Slurm, sbatch refusing a job, a cluster without
+accounting, what a dry run says would be queued, and a plain command that is no sweep.
 
 The cluster tests (marked slurm) use the session's real cluster (tests/conftest.py); the
 others need no Slurm at all."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import BIN, run_cli
+from .conftest import BIN, run_cli, unreadable_imagefolder
 
 # Slurm's client commands (Debian's slurm-client and slurm-wlm): a PATH without Slurm has none.
 # fmt: off
@@ -23,6 +23,9 @@ SLURM_TOOLS = frozenset([
     "squeue", "sreport", "srun", "sshare", "sstat", "strigger", "sview",
 ])
 # fmt: on
+# What sacct says, on stderr with exit status 1, on a cluster without accounting (measured with
+# scripts/slurm/cluster.sh and SLURM_TEST_ACCOUNTING=0).
+NO_ACCOUNTING = "Slurm accounting storage is disabled"
 TINY = ["data=synthetic", "trainer.max_steps=1", "model.time_steps=2", "launcher.mem_gb=1"]
 
 
@@ -214,3 +217,36 @@ def test_sbatch_refusing_memory_is_one_line_naming_launcher_mem_gb(
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: Slurm refused the job (Memory specification can not be ")
     assert "change launcher.mem_gb=100000; nothing was queued" in line
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_failed_plain_job_without_accounting_warns_once_and_is_no_sweep_point(
+    slurm_cluster, tmp_path: Path
+) -> None:
+    """A plain launcher=slurm command whose job fails (its images are not images), on a
+    cluster whose sacct fails as it does without accounting: submitit's failing polls are one
+    warning, and nothing calls the run "sweep point 0"."""
+    bin_dir = _stand_ins(tmp_path / "bin", {"sacct": f'echo "{NO_ACCOUNTING}" >&2\nexit 1'})
+    sweep = tmp_path / "sweep"
+    result = run_cli(
+        [
+            "launcher=slurm",
+            *TINY,
+            "data=imagefolder",
+            f"data.root={unreadable_imagefolder(tmp_path / 'broken')}",
+            "data.num_classes=10",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+        env={"PATH": f"{bin_dir}{os.pathsep}{BIN}{os.pathsep}{os.environ.get('PATH', '')}"},
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    said = result.stdout + result.stderr
+    assert said.count("Bypassing sacct error") == 1, said[-4000:]
+    assert said.count(NO_ACCOUNTING) == 1, said[-4000:]
+    job_logs = [p.read_text() for p in (sweep / ".submitit").rglob("*_log.*")]
+    job_logs += [p.read_text() for p in (sweep / "0").glob("*.log")]
+    assert any("run failed: " in text for text in job_logs), job_logs
+    for text in [said, *job_logs]:
+        assert "sweep point" not in text, text[-3000:]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -70,6 +71,19 @@ def _quiet_exit() -> None:
 def _first_line(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
     return lines[0] if lines else ""
+
+
+def asked_for_sweep() -> bool:
+    """Whether the user's command is a sweep (-m/--multirun, or hydra.mode=MULTIRUN typed).
+    launcher=slurm submits a plain command as a one-point sweep (hydra.mode is MULTIRUN in
+    conf/launcher/slurm.yaml): its messages must not speak of "sweep point 0". Read from the
+    command the user typed, which Slurm jobs and torchrun workers inherit (COMMAND_ENV)."""
+    words = shlex.split(user_command())
+    arguments = words[3:] if words[:3] == ["python", "-m", "experiments.train"] else words[1:]
+    return any(
+        word in ("-m", "--multirun") or word.replace(" ", "") == "hydra.mode=MULTIRUN"
+        for word in arguments
+    )
 
 
 def _slurm_launcher(config: DictConfig) -> dict[str, Any] | None:
@@ -227,7 +241,7 @@ class ExperimentsCallback(Callback):
                 sys.exit(0)
             _prepare_trackers(config)
             return
-        swept = "-m" in sys.argv or "--multirun" in sys.argv or len(points) > 1
+        swept = asked_for_sweep() or len(points) > 1
         plans: list[Any] = []
         refusals: list[tuple[int, str]] = []
         for number, overrides in enumerate(points):

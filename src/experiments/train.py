@@ -81,7 +81,9 @@ def app(cfg: DictConfig) -> float | None:
         # report), the sweeper gets NaN (Optuna marks the trial failed), and the sweep's exit
         # status is decided when all points are done (callbacks.on_multirun_end).
         _record_failure(Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task), error)
-        log.error("sweep point %s failed: %s", hydra_cfg.job.num, error)
+        # launcher=slurm runs a plain command as a one-point sweep: to its user, one run.
+        where = f"sweep point {hydra_cfg.job.num}" if callbacks.asked_for_sweep() else "run"
+        log.error("%s failed: %s", where, error)
         return math.nan
 
 
