@@ -84,22 +84,8 @@ def kill_at_step(run_dir: Path, step: int) -> None:
 
 
 def worker_pid(run_dir: Path, rank: int) -> int:
-    """The torchrun worker process of `rank` for this run (found through /proc)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if (
-            f"hydra.run.dir={run_dir}".encode() in cmdline
-            and b"EXPERIMENTS_WORKER=1" in environ
-            and f"RANK={rank}".encode() in environ
-        ):
-            return int(entry.name)
-    raise LookupError(f"no worker of rank {rank}")
+    """The torchrun worker process of `rank` for this run."""
+    return processes.torchrun_worker(run_dir, f"RANK={rank}")
 
 
 @pytest.fixture(scope="module")

@@ -111,6 +111,8 @@ def test_requeue_mid_training_resumes_and_loses_no_step(slurm_cluster, tmp_path:
     local = run_cli(
         [*[a for a in args if not a.startswith("launcher")], f"hydra.run.dir={reference}"],
         cwd=tmp_path,
+        # the job's task has one CPU (launcher.cpus_per_task=1), so one thread: so has this run
+        env={"OMP_NUM_THREADS": "1"},
     )
     assert local.returncode == 0, local.stderr[-3000:]
 

@@ -184,11 +184,12 @@ class ExperimentsCallback(Callback):
                 logging.getLogger(__name__).warning("sweep report not updated: %s", error)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from experiments.report import format_outcome, write_report
+        from experiments.report import format_outcome, format_run_outcome, write_report
 
         sweep_dir = Path(config.hydra.sweep.dir)
         outcome = write_report(sweep_dir)
-        print(format_outcome(sweep_dir, outcome))
+        single = outcome["points"] == 1 and not asked_for_sweep()  # e.g. launcher=slurm
+        print((format_run_outcome if single else format_outcome)(sweep_dir, outcome))
         if config.get("logger"):
             from omegaconf import OmegaConf
 
@@ -201,7 +202,7 @@ class ExperimentsCallback(Callback):
                 sweep_dir,
                 [path for path in shipped if path.exists()],
             )
-        if outcome["failed"]:
+        if outcome["failed"] or outcome["interrupted"]:
             sys.exit(1)
 
     @_refuse_on_failure

@@ -26,6 +26,7 @@ from experiments import callbacks, distributed_env
 from experiments.callbacks import print_config_error
 from experiments.errors import ConfigError
 from experiments.plan import RunPlan, build_plan, user_overrides
+from experiments.run import failures
 from experiments.run.checkpoint import CheckpointError
 from experiments.run.record import (
     COMMAND_ENV,
@@ -77,6 +78,8 @@ def app(cfg: DictConfig) -> float | None:
             if isinstance(error, ConfigError):  # a single run's config was checked earlier
                 print_config_error(error)
             raise
+        if distributed_env.rank() != 0:
+            raise  # a rank of a multi-rank Slurm job: its task fails; rank 0 records the run
         # A sweep goes on past a failed point: it is recorded in its run directory (and the
         # report), the sweeper gets NaN (Optuna marks the trial failed), and the sweep's exit
         # status is decided when all points are done (callbacks.on_multirun_end).
@@ -131,32 +134,68 @@ def run(
     child = _child_command(plan)
     if child is not None:
         return _launch_child(plan, child, warm_points)
-    recorder = RunRecorder(
-        plan.run_dir, _summary(plan, cwd, previous), enabled=distributed_env.rank() == 0
-    )
+    rank = distributed_env.rank()
+    recorder = RunRecorder(plan.run_dir, _summary(plan, cwd, previous), enabled=rank == 0)
     recorder.start()
+    watchdog = failures.Watchdog(
+        plan.run_dir, rank, on_peer_failure=lambda peer: _finish_failed(recorder, peer)
+    )
+    if plan.dims.world_size > 1:
+        watchdog.start()  # a peer that dies stops this rank too (run/failures.py)
     try:
         if recorder.enabled and logger:
             recorder.trackers = _open_trackers(plan, logger, config or {})
             recorder.artifact(_write_plan(plan))
         metrics = _engine(plan.engine).train(plan, recorder)
-    except SystemExit:  # stopped by a signal (Slurm requeue, time limit) after a checkpoint
-        recorder.finish("interrupted")
+    except SystemExit as stopped:  # by a signal (Slurm requeue, time limit) after a checkpoint
+        watchdog.stop()
+        recorder.finish("interrupted", interrupted=getattr(stopped, "reason", None))
         raise
     except CheckpointError as error:
+        watchdog.stop()
         recorder.finish("failed", error=str(error))
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(1) from None
     except BaseException as error:
-        recorder.finish("failed", error=f"{type(error).__name__}: {error}")
+        watchdog.stop()
         log.error("run failed:\n%s", traceback.format_exc())
+        text = f"{type(error).__name__}: {error}"
+        if plan.dims.world_size > 1 and failures.attempt() is not None:
+            own = failures.write(plan.run_dir, rank, text, _rank_logs(plan, rank))
+            if recorder.enabled:
+                _finish_failed(recorder, failures.wait_for_cause(plan.run_dir, own))
+        else:
+            recorder.finish("failed", error=text)
         raise
+    watchdog.stop()
     for path in _artifacts(plan, metrics):
         recorder.artifact(path)
     recorder.finish("completed", metrics=metrics)
     if recorder.enabled:
         _report(plan, recorder.summary, logger or {})
     return metrics.get(plan.objective)
+
+
+def _finish_failed(recorder: RunRecorder, cause: dict[str, Any]) -> None:
+    """Rank 0 records a multi-rank run's failure under the rank that caused it."""
+    recorder.finish(
+        "failed",
+        error=failures.describe(cause),
+        failure={key: cause[key] for key in ("rank", "node", "error", "log", "logs")},
+    )
+
+
+def _rank_logs(plan: RunPlan, rank: int) -> list[str]:
+    """Where a rank's traceback is: its own log in the run directory, and Slurm's stderr of
+    its task."""
+    logs = [str(plan.run_dir / f"{HydraConfig.get().job.name}_rank{rank}.log")]
+    if distributed_env.in_slurm_job():
+        from experiments.launchers import slurm
+
+        stderr = slurm.job_record().get("stderr")
+        if stderr:
+            logs.append(stderr)
+    return logs
 
 
 def _open_trackers(plan: RunPlan, logger: dict[str, Any], config: dict[str, Any]) -> list[Any]:
@@ -201,7 +240,12 @@ def _launch_child(plan: RunPlan, command: list[str], warm_points: bool = False) 
     """The children share this run directory; rank 0 among them writes the record. A local
     sweep's point runs in a fork of the sweep's warm process (launchers/warm_points.py)."""
     env = {**os.environ, distributed_env.WORKER_ENV: "1", COMMAND_ENV: user_command()}
+    if plan.choices.get("launcher") == "torchrun":
+        from experiments.launchers import torchrun
+
+        env.update(torchrun.ENVIRONMENT)
     log.info("launching: %s", shlex.join(plan.launch_command))
+    failures.clear(plan.run_dir)  # an earlier launch's failed ranks are not this one's
     from experiments.launchers import warm_points as warm
 
     if warm_points and warm.available() and command[1:3] == ["-m", "experiments.train"]:
@@ -211,8 +255,10 @@ def _launch_child(plan: RunPlan, command: list[str], warm_points: bool = False) 
         returncode = subprocess.run(command, env=env, check=False).returncode
     summary = read_summary(plan.run_dir) or {}
     if returncode != 0:
+        cause = failures.cause(failures.read(plan.run_dir))
         error = RuntimeError(
             summary.get("error")
+            or (cause and failures.describe(cause))
             or f"{plan.launch_command[0]} exited with status "
             f"{returncode}; logs: {plan.run_dir}/train_rank*.log"
         )

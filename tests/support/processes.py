@@ -176,3 +176,23 @@ def kill_spawned_and_leftovers() -> None:
     if issued != _swept:
         kill(None, None)
         _swept = issued
+
+
+def torchrun_worker(run_dir: Path, marker: str) -> int:
+    """The pid of this run's torchrun worker whose environment holds `marker` (e.g. "RANK=1",
+    "GROUP_RANK=1"): a rank a test kills (found through /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (
+            f"hydra.run.dir={run_dir}".encode() in cmdline
+            and b"EXPERIMENTS_WORKER=1" in environ
+            and marker.encode() in environ
+        ):
+            return int(entry.name)
+    raise LookupError(f"no worker with {marker} for {run_dir}")

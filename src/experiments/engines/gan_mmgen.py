@@ -197,14 +197,18 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
     rank = distributed_env.rank()
     if plan.image_root.name == DIGITS_FOLDER:
         ensure_digits_pngs(plan.image_root)  # atomic: ranks may race
+    placements: list[Any] = [distributed_env.placement()]
     if distributed:
-        dist.barrier()
+        placements = [None] * world_size
+        dist.all_gather_object(placements, distributed_env.placement())  # also the barrier
 
     cfg = copy.deepcopy(plan.mmgen_config)
     how, checkpoint = start_point(plan)
     if rank == 0:
         cfg.dump(str(plan.run_dir / CONFIG_FILE))
         recorder.summary.update(start=how, start_checkpoint=str(checkpoint) if checkpoint else None)
+        recorder.summary["ranks"] = placements  # where each rank ran
+        recorder.summary["restarts"] = distributed_env.restarts(placements)
         if how == "auto_resume":
             recorder.summary["resumes"] = recorder.summary.get("resumes", 0) + 1
     hook_recorder = recorder if rank == 0 else RunRecorder(plan.run_dir, {}, enabled=False)

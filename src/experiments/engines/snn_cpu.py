@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import resource
 import shutil
-import socket
 import sys
 import time
 import warnings
@@ -129,7 +127,8 @@ class _Trainer:
         )
         # Where each rank ran and what it holds: a user sees the placement, and a test can
         # tell a real FSDP2/TP/PP shard from a silent fallback to a whole model per rank.
-        recorder.summary["ranks"] = context.gather(self._placement())
+        recorder.summary["ranks"] = ranks = context.gather(self._placement())
+        recorder.summary["restarts"] = distributed_env.restarts(ranks)
 
     def _placement(self) -> dict[str, Any]:
         from torch.distributed.tensor import DTensor
@@ -138,9 +137,8 @@ class _Trainer:
         sharded = [p for p in parameters if isinstance(p, DTensor)]
         context = self.context
         return {
+            **distributed_env.placement(),
             "rank": context.rank,
-            "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
-            "node": os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
             "coordinates": {"dp": context.dp_rank, "pp": context.pp_rank, "tp": context.tp_rank},
             # numel of a DTensor is its global size; to_local() is this rank's shard.
             "parameters_local": sum(

@@ -41,10 +41,27 @@ class GracefulStop:
         self._previous.clear()
 
     def hand_over(self) -> None:
-        """Give the signal to the previous handler (submitit requeues on SIGUSR2), then exit."""
+        """Give the signal to the previous handler (submitit requeues on SIGUSR2), then exit.
+
+        When submitit will not requeue (`launcher.max_requeues` used up: "timed-out too many
+        times"), the run still stopped cleanly after a checkpoint: it ends as interrupted,
+        with the reason, and a rerun resumes it."""
         signum = self.received if self.received is not None else signal.SIGTERM
         previous = self._previous.get(signum)
         self.restore()
+        reason = f"stopped on signal {signal.Signals(signum).name} after a checkpoint"
         if callable(previous):
-            previous(signum, None)  # submitit's handler exits on rank 0 after requeueing
-        raise SystemExit(128 + signum)
+            try:
+                previous(signum, None)  # submitit's handler exits on rank 0 after requeueing
+            except Exception as error:  # submitit: "Job not requeued because: ..."
+                reason = f"{reason}; {error}"
+        raise Interrupted(128 + signum, reason)
+
+
+class Interrupted(SystemExit):
+    """The run stopped at a step boundary after a checkpoint, on a signal; `reason` says why
+    and whether the job was requeued."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(code)
+        self.reason = reason

@@ -11,6 +11,10 @@ from experiments.errors import ConfigError
 from experiments.launchers.child import run_dir_overrides
 from experiments.validation import integer
 
+# For torchrun itself: a rendezvous store per restart round instead of one shared by all rounds
+# (see distributed_env.init_process_group for why).
+ENVIRONMENT = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
 
 def world_size(launcher: dict) -> int:
     return integer(launcher.get("nproc_per_node"), "launcher.nproc_per_node", minimum=1) * integer(

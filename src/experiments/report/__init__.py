@@ -51,11 +51,18 @@ def rows(points: list[dict[str, Any]], keys: list[str], fam: Family = SNN) -> li
         row["wall_time_s"] = summary.get("wall_time_s", "")
         slurm = summary.get("slurm") or {}
         row["slurm_job"] = slurm.get("job_id", "")
-        row["slurm_log"] = slurm.get("stderr", "") if row["status"] == "failed" else ""
+        failure = summary.get("failure") or {}  # a multi-rank run: the rank that failed
+        logs = failure.get("logs") or []
+        failed = row["status"] == "failed"
+        # the failed rank's Slurm task log when it has one, else the job's (rank 0's)
+        row["slurm_log"] = (logs[1] if len(logs) > 1 else slurm.get("stderr", "")) if failed else ""
+        row["log"] = failure.get("log") or ""
+        row["interrupted"] = summary.get("interrupted") or ""
         row["seed"] = summary.get("seed", "")
-        row["error"] = (
-            (summary.get("error") or "").splitlines()[0][:160] if summary.get("error") else ""
-        )
+        error = (summary.get("error") or "").splitlines()[:1]
+        if failure.get("error"):
+            error = [f"rank {failure.get('rank')} on {failure.get('node')}: {failure['error']}"]
+        row["error"] = error[0][:160] if error else ""
         table.append(row)
     return table
 
@@ -117,6 +124,8 @@ def write_report(
         "worst": worst,
         "top": ranked[: figs.TOP_K],
         "failed": [r for r in table if r["status"] == "failed"],
+        # stopped after a checkpoint and not requeued (e.g. launcher.max_requeues used up)
+        "interrupted": [r for r in table if r["status"] == "interrupted"],
         "rows": table,
         "figures": plots,
     }
@@ -175,6 +184,28 @@ def _table(columns: list[str], table: list[dict[str, Any]]) -> list[str]:
     return lines + ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for row in table]
 
 
+def format_run_outcome(sweep_dir: Path, outcome: dict[str, Any]) -> str:
+    """A plain command that ran as a one-point sweep (launcher=slurm submits that way): its
+    one run, not "point 0" of a sweep the user never asked for."""
+    (row,) = outcome["rows"]
+    run_dir = sweep_dir / row["point"]
+    where = f"Slurm job {row['slurm_job']}" if row["slurm_job"] else "Run"
+    lines = [f"{where} {row['status']}, {run_dir}"]
+    value = row.get(outcome["objective"])
+    if row["status"] == "completed" and isinstance(value, (int, float)):
+        lines.append(f"  {outcome['objective']} {value:.4f}")
+    if row["status"] == "failed":
+        log = f" (log: {row['log']})" if row.get("log") else ""
+        log += f" (Slurm log: {row['slurm_log']})" if row.get("slurm_log") else ""
+        lines.append(f"  error: {row['error']}{log}")
+    if row["status"] == "interrupted":
+        lines.append(
+            f"  interrupted: {row['interrupted'] or 'stopped'}; the same command resumes it "
+            "from its checkpoint"
+        )
+    return "\n".join(lines)
+
+
 def format_outcome(sweep_dir: Path, outcome: dict[str, Any]) -> str:
     counts = ", ".join(f"{n} {status}" for status, n in outcome["counts"].items())
     lines = [
@@ -194,8 +225,14 @@ def format_outcome(sweep_dir: Path, outcome: dict[str, Any]) -> str:
                 f"{sweep_dir / row['point']}"
             )
     for row in outcome["failed"]:
-        log = f" (Slurm log: {row['slurm_log']})" if row.get("slurm_log") else ""
+        log = f" (log: {row['log']})" if row.get("log") else ""
+        log += f" (Slurm log: {row['slurm_log']})" if row.get("slurm_log") else ""
         lines.append(f"  FAILED point {row['point']}: {row['error']}{log}")
+    for row in outcome["interrupted"]:
+        lines.append(
+            f"  INTERRUPTED point {row['point']}: {row['interrupted'] or 'stopped'}; the same "
+            "command resumes it from its checkpoint"
+        )
     return "\n".join(lines)
 
 
@@ -240,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     outcome = write_report(args.sweep_dir)
     print(format_outcome(args.sweep_dir, outcome))
-    sys.exit(1 if outcome["failed"] else 0)
+    sys.exit(1 if outcome["failed"] or outcome["interrupted"] else 0)
 
 
 if __name__ == "__main__":

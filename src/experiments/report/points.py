@@ -23,13 +23,23 @@ from pathlib import Path
 from typing import Any
 
 INDEX = ".report_index.json"
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 LOGS = {  # the learning-curve columns a figure may need, for both model families
     "metrics.jsonl": ("epoch", "step", "val_accuracy", "loss_gen", "loss_disc"),
     "steps.jsonl": ("step", "loss"),
 }
 MAX_CURVE_POINTS = 200  # longer curves are down-sampled evenly (the last record always kept)
-SUMMARY_FIELDS = ("status", "engine", "metrics", "wall_time_s", "slurm", "seed", "error")
+SUMMARY_FIELDS = (
+    "status",
+    "engine",
+    "metrics",
+    "wall_time_s",
+    "slurm",
+    "seed",
+    "error",
+    "failure",  # which rank of a multi-rank run failed, and its log (run/failures.py)
+    "interrupted",  # why a run stopped after a checkpoint without finishing
+)
 FINAL = ("completed", "failed")
 
 

@@ -23,6 +23,9 @@ from experiments.run.record import SUMMARY
 EXTENSION_KEYS = ("trainer.epochs", "trainer.max_steps", "model.iters")
 # Top-level keys that say how to launch, not what the run is.
 NOT_THE_RUN = ("hydra", "dry_run", "resume")
+# Keys that differ between the launching processes of one run: each torchrun agent of a
+# multi-node run (and its restarted workers) names its own node.
+PER_NODE = ("launcher.node_rank",)
 
 
 def check_against_record(cfg: DictConfig, run_dir: Path, resume: Any) -> list[str]:
@@ -39,7 +42,9 @@ def check_against_record(cfg: DictConfig, run_dir: Path, resume: Any) -> list[st
     changed = sorted(
         key
         for key in set(recorded) | set(current)
-        if key.split(".")[0] not in NOT_THE_RUN and recorded.get(key) != current.get(key)
+        if key.split(".")[0] not in NOT_THE_RUN
+        and key not in PER_NODE
+        and recorded.get(key) != current.get(key)
     )
     if not changed:
         return []

@@ -5,6 +5,10 @@ EXPERIMENTS_TEST_KILL_DURING_SAVE=N: the process SIGKILLs itself while saving th
 checkpoint, after its shard is on disk in the hidden `.step_N.partial` folder and before the
 checkpoint is sealed (meta.json, rename): a crash in the middle of a save.
 
+EXPERIMENTS_TEST_FAIL_RANK=R: the torch.distributed rank R (RANK in its environment) raises
+RuntimeError("injected failure on rank R") instead of joining the process group, while its
+peers wait there for it: one rank of a job that dies before its peers can notice.
+
 EXPERIMENTS_TEST_HIDE_MODULES=a,b: those top-level packages cannot be found or imported, as on
 a machine where they are not installed.
 
@@ -72,6 +76,29 @@ def _kill_point(name: str) -> None:
 
 if _KILL_POINT:
     _kill_point(_KILL_POINT)
+
+
+_FAIL_RANK = os.environ.get("EXPERIMENTS_TEST_FAIL_RANK")
+
+
+def _fail_rank(rank: str) -> None:
+    import functools
+
+    import torch.distributed
+
+    original = torch.distributed.init_process_group
+
+    @functools.wraps(original)
+    def init_process_group(*args, **kwargs):
+        if os.environ.get("RANK") == rank:
+            raise RuntimeError(f"injected failure on rank {rank}")
+        return original(*args, **kwargs)
+
+    torch.distributed.init_process_group = init_process_group
+
+
+if _FAIL_RANK:
+    _fail_rank(_FAIL_RANK)
 
 
 _HIDE = os.environ.get("EXPERIMENTS_TEST_HIDE_MODULES")

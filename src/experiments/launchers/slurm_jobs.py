@@ -1,0 +1,140 @@
+"""The login side of a Slurm sweep: submit the points as one job array, wait, and read how each
+job ended into its run directory.
+
+hydra-submitit-launcher's own `launch` (which this follows step by step) ends with
+`[job.results()[0] for job in jobs]`: the first job that did not return, because one of its
+ranks died, the time limit killed it, or it stopped after its last allowed requeue, raises
+there, a traceback replaces the sweep's outcome and the other points' results are lost. Here
+each job's end is read on its own:
+- the job's rank 0 recorded the outcome (completed, failed with the dead rank's error,
+  interrupted): kept as it is;
+- rank 0 could not record it (killed with its job): the run is recorded as failed with the
+  dead rank's own record (run/failures.py) or, when no rank wrote one (a SIGKILL, an OOM
+  kill), Slurm's word for the job from submitit, and the task's log.
+The point's value is NaN (Optuna marks the trial failed); the report decides the exit status.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, filter_overrides
+from omegaconf import DictConfig, OmegaConf
+
+from experiments.run import failures
+from experiments.run.record import read_summary, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+# Outcomes a job's rank 0 writes itself; anything else means it could not.
+RECORDED = ("completed", "failed", "interrupted")
+
+
+def launch(
+    launcher: Any, config: DictConfig, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+) -> list[JobReturn]:
+    import submitit
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+
+    params = launcher.params
+    init_params = {"folder": params["submitit_folder"]}
+    specific_init_keys = {"max_num_timeout"}
+    init_params.update(
+        **{f"{launcher._EXECUTOR}_{x}": y for x, y in params.items() if x in specific_init_keys}
+    )
+    init_keys = specific_init_keys | {"submitit_folder"}
+    executor = submitit.AutoExecutor(cluster=launcher._EXECUTOR, **init_params)
+    baseparams = set(OmegaConf.structured(BaseQueueConf).keys())
+    executor.update_parameters(
+        **{
+            x if x in baseparams else f"{launcher._EXECUTOR}_{x}": y
+            for x, y in params.items()
+            if x not in init_keys
+        }
+    )
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    log.info(f"Submitit '{launcher._EXECUTOR}' sweep output dir : {sweep_dir}")
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    if "mode" in config.hydra.sweep:
+        os.chmod(sweep_dir, mode=int(str(config.hydra.sweep.mode), 8))
+
+    job_params: list[Any] = []
+    for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
+        log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
+        job_params.append(
+            (list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state())
+        )
+    jobs = executor.map_array(launcher, *zip(*job_params, strict=True))
+    return [
+        _outcome(job, list(overrides), sweep_dir / str(idx))
+        for idx, (job, overrides) in enumerate(
+            zip(jobs, job_overrides, strict=True), start=initial_job_idx
+        )
+    ]
+
+
+def _outcome(job: Any, overrides: list[str], run_dir: Path) -> JobReturn:
+    try:
+        return job.results()[0]
+    except Exception as error:  # submitit: FailedJobError, UncompletedJobError
+        record_job_end(run_dir, overrides, job, error)  # the sweep's outcome reports it
+        return JobReturn(
+            overrides=overrides,
+            working_dir=str(run_dir),
+            status=JobStatus.COMPLETED,
+            _return_value=math.nan,
+        )
+
+
+def record_job_end(run_dir: Path, overrides: list[str], job: Any, error: Exception) -> dict:
+    """The run's summary after its job ended without a result: as rank 0 left it when it
+    could record the outcome, else failed with the best account of why."""
+    summary = read_summary(run_dir) or {"overrides": overrides, "run_dir": str(run_dir)}
+    if summary.get("status") in RECORDED:
+        return summary
+    cause = failures.cause(failures.read(run_dir))
+    if cause is not None:
+        summary.update(
+            status="failed",
+            error=failures.describe(cause),
+            failure={key: cause.get(key) for key in ("rank", "node", "error", "log", "logs")},
+        )
+    else:
+        said = _slurm_said(error)
+        stderr = _task_stderr(job, said)
+        summary.update(
+            status="failed",
+            error=f"Slurm job {job.job_id}: {said} (log: {stderr})",
+            failure={"error": said, "log": stderr, "logs": [stderr]},
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run_dir / "summary.json", summary)
+    return summary
+
+
+def _slurm_said(error: Exception) -> str:
+    """The line that says what happened to the job: srun's report of a task (killed, exited
+    with a code) if submitit quoted one, else the first line of submitit's error."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("srun: error:"):
+            return line.removeprefix("srun: error:").strip()
+    return lines[0] if lines else type(error).__name__
+
+
+def _task_stderr(job: Any, said: str) -> str:
+    """The stderr file of the task srun named (", task 1: Killed"), else of task 0."""
+    task = 0
+    if " task " in said:
+        number = said.split(" task ", 1)[1].split(":", 1)[0].strip()
+        task = int(number) if number.isdigit() else 0
+    try:
+        return str(job.task(task).paths.stderr)
+    except Exception:
+        return str(job.paths.stderr)

@@ -1,0 +1,451 @@
+"""Multi-node for real, on one machine: two emulated Slurm nodes (one slurmd each, started by
+scripts/slurm/cluster.sh --nodes 2) and two torchrun agents with a c10d rendezvous.
+
+Every multi-node run is compared with the same run on one node under local torchrun: the
+losses and every tensor of the final checkpoint agree (1e-5), and summary.json shows where
+each rank ran. The runs are small (SEW-ResNet18, 16x16 synthetic images, T=2) and cached per
+module: each reference is trained once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from .conftest import CLI, REPO, SLURM_NODES, cli_env, read_jsonl, run_cli
+from .support import processes
+from .test_gan import TINY as GAN_TINY
+
+pytestmark = [pytest.mark.slow]
+
+# SGD with momentum (test_topologies.py says why); 256 images at batch 8 a rank: a 2-rank
+# data-parallel epoch is 16 steps.
+DDP_STEPS = 16
+BASE = [
+    "data=synthetic",
+    "data.train_size=256",
+    "data.val_size=64",
+    "model.time_steps=2",
+    "trainer.log_every_n_steps=1",
+    "seed=3",
+    "optimizer=sgd",
+    "optimizer.lr=0.05",
+    "trainer.batch_size=8",
+    "trainer.epochs=1",
+    "trainer.checkpoint_interval=4",
+]
+DDP = [*BASE, "topology=ddp", f"trainer.max_steps={DDP_STEPS}"]
+# FSDP2 over the nodes, channel TP inside each node: a (dp=2, pp=1, tp=2) mesh of 4 ranks.
+FSDP2_TP = [
+    *BASE,
+    "data.train_size=128",
+    "topology=fsdp2",
+    "topology.tensor_parallel_size=2",
+    "trainer.max_steps=8",
+]
+SLURM = ["launcher=slurm", "launcher.mem_gb=4", "launcher.cpus_per_task=1"]
+TWO_NODES = [*SLURM, "launcher.nodes=2", "launcher.tasks_per_node=1"]
+SITE = str(REPO / "tests" / "support" / "site")  # test-only fault injection (sitecustomize)
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def losses(run_dir: Path) -> list[float]:
+    return [r["loss"] for r in read_jsonl(run_dir / "steps.jsonl")]
+
+
+def final_state(run_dir: Path) -> dict[str, torch.Tensor]:
+    """The model at the run's last checkpoint, merged from its TP shards by SpikingJelly's own
+    merge (which refuses shards that overlap or leave a gap)."""
+    from experiments.models.sew_resnet import SEWResNetBuilder, SEWResNetConfig
+
+    record = summary(run_dir)
+    step = record["metrics"]["steps"]
+    _, pipeline, tensor = record["mesh"]["shape"]
+    folder = run_dir / "checkpoints" / f"step_{step:08d}"
+    shards = [
+        (pp, tp, torch.load(folder / f"pp_{pp:04d}_tp_{tp:04d}.pt", weights_only=True)["model"])
+        for pp in range(pipeline)
+        for tp in range(tensor)
+    ]
+    config = SEWResNetConfig(depth=18, num_classes=10, image_size=16, time_steps=2)
+    return SEWResNetBuilder(config).merge_state_dicts(
+        shards, pipeline_size=pipeline, tensor_size=tensor
+    )
+
+
+def assert_same_run(actual: Path, expected: Path, rel: float = 1e-5) -> None:
+    got, want = losses(actual), losses(expected)
+    assert len(got) == len(want), (len(got), len(want))
+    for step, (a, e) in enumerate(zip(got, want, strict=True), start=1):
+        assert abs(a - e) <= rel * abs(e), f"step {step}: {a} vs {e}"
+    state, reference = final_state(actual), final_state(expected)
+    assert set(state) == set(reference)
+    for name, tensor in reference.items():
+        torch.testing.assert_close(state[name], tensor, rtol=rel, atol=1e-6, msg=name)
+
+
+class References:
+    """The single-node runs the multi-node ones must equal, trained once per module."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.done = root, {}
+
+    def get(self, name: str, args: list[str]) -> Path:
+        if name not in self.done:
+            run_dir = self.root / name
+            result = run_cli([*args, f"hydra.run.dir={run_dir}"], cwd=self.root, timeout=400)
+            assert result.returncode == 0, f"{name}:\n{result.stderr[-4000:]}"
+            self.done[name] = run_dir
+        return self.done[name]
+
+    def ddp(self) -> Path:
+        return self.get("ddp", [*DDP, "launcher=torchrun", "launcher.nproc_per_node=2"])
+
+    def fsdp2_tp(self) -> Path:
+        return self.get("fsdp2_tp", [*FSDP2_TP, "launcher=torchrun", "launcher.nproc_per_node=4"])
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory: pytest.TempPathFactory) -> References:
+    return References(tmp_path_factory.mktemp("single_node"))
+
+
+@pytest.fixture
+def foreign_slurm_conf():
+    """/etc/slurm/slurm.conf of another cluster, as on a real cluster's login node: the tests'
+    clients and jobs must use the test cluster's SLURM_CONF, never this file."""
+    path = Path("/etc/slurm/slurm.conf")
+    saved = path.read_bytes() if path.exists() else None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "# a login node's own cluster (not the test cluster)\n"
+        "ClusterName=foreign\nSlurmctldHost=foreign-head(10.255.255.1)\n"
+        "AuthType=auth/munge\nNodeName=foreign[1-4] CPUs=64\n"
+        "PartitionName=batch Nodes=ALL Default=YES\n"
+    )
+    try:
+        yield path
+    finally:
+        if saved is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_bytes(saved)
+
+
+def slurm_run(tmp_path: Path, args: list[str], **kwargs) -> tuple[Path, object]:
+    sweep = tmp_path / "sweep"
+    result = run_cli([*args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, **kwargs)
+    return sweep / "0", result
+
+
+def placements(run_dir: Path) -> list[dict]:
+    return sorted(summary(run_dir)["ranks"], key=lambda r: r["rank"])
+
+
+def job_state(job: str) -> str:
+    out = processes.run(["squeue", "-h", "-j", job, "-o", "%T"], timeout=30).stdout
+    return out.strip()
+
+
+def start_now_when_pending(job: str, proc: subprocess.Popen, deadline: float) -> None:
+    """A requeued job waits for its BeginTime (the test cluster's 20 s credential expiry):
+    once it is pending again, let it start now. The requeue path itself is unchanged."""
+    while time.time() < deadline and proc.poll() is None:
+        if job_state(job) == "PENDING":
+            processes.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], timeout=30)
+            return
+        time.sleep(0.3)
+
+
+def wait_for_steps(steps: Path, count: int, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.time() + 240
+    while not (steps.exists() and len(steps.read_text().splitlines()) >= count):
+        assert time.time() < deadline and proc.poll() is None, (
+            "the job did not start training: " + log.read_text()[-3000:]
+        )
+        time.sleep(0.2)
+
+
+# ---------------------------------------------------------------- Slurm, two nodes
+
+
+@pytest.mark.slurm
+def test_ddp_over_two_slurm_nodes_equals_local_torchrun(
+    slurm_cluster, references: References, foreign_slurm_conf: Path, tmp_path: Path
+) -> None:
+    run_dir, result = slurm_run(tmp_path, [*DDP, *TWO_NODES])
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = summary(run_dir)
+    assert (record["status"], record["world_size"]) == ("completed", 2)
+    assert record["slurm"]["nodelist"] == "exp-node[1-2]"
+    # rank r ran on node r: the user sees where each rank ran
+    assert [
+        (p["rank"], p["local_rank"], p["node"], p["node_rank"]) for p in placements(run_dir)
+    ] == [
+        (0, 0, SLURM_NODES[0], 0),
+        (1, 0, SLURM_NODES[1], 1),
+    ]
+    assert_same_run(run_dir, references.ddp())
+
+
+@pytest.mark.slurm
+def test_fsdp2_across_and_tensor_parallel_within_two_slurm_nodes(
+    slurm_cluster, references: References, tmp_path: Path
+) -> None:
+    run_dir, result = slurm_run(
+        tmp_path, [*FSDP2_TP, *SLURM, "launcher.nodes=2", "launcher.tasks_per_node=2"]
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = summary(run_dir)
+    assert (record["status"], record["world_size"], record["mesh"]["shape"]) == (
+        "completed",
+        4,
+        [2, 1, 2],
+    )
+    ranks = placements(run_dir)
+    # TP peers (same dp coordinate) share a node; the two data-parallel replicas do not
+    nodes = {
+        p["coordinates"]["dp"]: {
+            q["node"] for q in ranks if q["coordinates"]["dp"] == p["coordinates"]["dp"]
+        }
+        for p in ranks
+    }
+    assert nodes == {0: {SLURM_NODES[0]}, 1: {SLURM_NODES[1]}}, ranks
+    assert all(p["dtensor_parameters"] > 0 for p in ranks)  # FSDP2 really sharded
+    assert_same_run(run_dir, references.fsdp2_tp())
+
+
+@pytest.mark.slurm
+def test_requeue_of_a_two_node_job_stops_all_ranks_and_resumes_the_trajectory(
+    slurm_cluster, references: References, tmp_path: Path
+) -> None:
+    sweep, log = tmp_path / "sweep", tmp_path / "login.stderr"
+    with open(log, "w") as stderr:
+        proc = processes.spawn(
+            [CLI, *DDP, *TWO_NODES, f"hydra.sweep.dir={sweep}"],
+            cwd=tmp_path,
+            env=cli_env(),
+            stderr=stderr,
+        )
+    run_dir = sweep / "0"
+    wait_for_steps(run_dir / "steps.jsonl", 3, proc, log)
+    job = summary(run_dir)["slurm"]["job_id"]
+    requeue = processes.run(["scontrol", "requeue", job], timeout=30)
+    assert requeue.returncode == 0, requeue.stderr
+    start_now_when_pending(job, proc, time.time() + 120)
+    proc.wait(timeout=300)
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    record = summary(run_dir)
+    assert (record["status"], record["resumes"], record["slurm"]["restart_count"]) == (
+        "completed",
+        1,
+        1,
+    )
+    # both ranks, on both nodes, stopped after the same step and saved it
+    stops = {
+        rank: [
+            line
+            for line in (run_dir / f"train_rank{rank}.log").read_text().splitlines()
+            if "stopping at step" in line
+        ]
+        for rank in (0, 1)
+    }
+    assert len(stops[0]) == len(stops[1]) == 1, stops
+    stopped_at = [
+        int(lines[0].split("stopping at step ")[1].split()[0]) for lines in stops.values()
+    ]
+    assert stopped_at[0] == stopped_at[1] < DDP_STEPS
+    assert record["resumed_from"].endswith(f"step_{stopped_at[0]:08d}")
+    assert_same_run(run_dir, references.ddp())  # each step once, on the same trajectory
+
+
+@pytest.mark.slurm
+def test_time_limit_checkpoints_requeues_and_ends_interrupted_after_the_last_requeue(
+    slurm_cluster, tmp_path: Path
+) -> None:
+    """A 2-minute job asks for SIGUSR2 30 s before its limit, which Slurm sends up to 60 s
+    early (its event resolution): 30-90 s into the job, always after training started. The
+    ranks checkpoint and submitit requeues the job once (launcher.max_requeues=1); the second
+    time no requeue is left, and the run ends as interrupted with its checkpoint kept."""
+    sweep, log = tmp_path / "sweep", tmp_path / "login.stderr"
+    args = [
+        *BASE,
+        "topology=ddp",
+        "trainer.epochs=1000",
+        "trainer.checkpoint_interval=100000",
+        *TWO_NODES,
+        "launcher.timeout_min=2",
+        "launcher.signal_delay_s=30",
+        "launcher.max_requeues=1",
+    ]
+    with open(log, "w") as stderr, open(tmp_path / "login.stdout", "w") as stdout:
+        proc = processes.spawn(
+            [CLI, *args, f"hydra.sweep.dir={sweep}"],
+            cwd=tmp_path,
+            env=cli_env(),
+            stdout=stdout,
+            stderr=stderr,
+        )
+    run_dir = sweep / "0"
+    wait_for_steps(run_dir / "steps.jsonl", 1, proc, log)
+    job = summary(run_dir)["slurm"]["job_id"]
+    start_now_when_pending(job, proc, time.time() + 200)
+    proc.wait(timeout=400)
+    out = (tmp_path / "login.stdout").read_text()
+    assert proc.returncode == 1, log.read_text()[-3000:]
+    record = summary(run_dir)
+    assert record["status"] == "interrupted", record
+    assert "timed-out too many times" in record["interrupted"]
+    assert (record["resumes"], record["slurm"]["restart_count"]) == (1, 1)
+    stops = [
+        int(line.split("stopping at step ")[1].split()[0])
+        for line in (run_dir / "train_rank0.log").read_text().splitlines()
+        if "stopping at step" in line
+    ]
+    assert len(stops) == 2 and stops[0] < stops[1], stops  # one stop per job, resumed between
+    assert record["resumed_from"].endswith(f"step_{stops[0]:08d}")
+    assert (run_dir / "checkpoints" / f"step_{stops[1]:08d}" / "meta.json").is_file()  # kept
+    assert f"Slurm job {job} interrupted, {run_dir}" in out and "resumes it" in out
+
+
+@pytest.mark.slurm
+def test_one_rank_dying_ends_the_two_node_job_with_its_error_and_log(
+    slurm_cluster, tmp_path: Path
+) -> None:
+    """Rank 1 fails before it joins the process group, where rank 0 waits for it (until the
+    rendezvous timeout, 30 minutes, were nothing watching): the job ends within a minute, and
+    the login process and summary.json name rank 1's error and its log."""
+    started = time.time()
+    run_dir, result = slurm_run(
+        tmp_path,
+        [*DDP, *TWO_NODES],
+        timeout=240,
+        env={"PYTHONPATH": SITE, "EXPERIMENTS_TEST_FAIL_RANK": "1"},
+    )
+    ended = time.time()
+    assert result.returncode == 1, result.stderr[-3000:]
+    record = summary(run_dir)
+    failure = record["failure"]
+    assert (record["status"], failure["rank"], failure["node"]) == ("failed", 1, SLURM_NODES[1])
+    assert failure["error"] == "RuntimeError: injected failure on rank 1"
+    rank_log = Path(failure["log"])
+    assert rank_log == run_dir / "train_rank1.log"
+    assert "injected failure on rank 1" in rank_log.read_text()  # the traceback is there
+    (record_time,) = [
+        json.loads(p.read_text())["time"] for p in (run_dir / "failures").glob("rank_1.json")
+    ]
+    assert started < record_time and ended - record_time < 60
+    said = f"rank 1 on {SLURM_NODES[1]}: RuntimeError: injected failure on rank 1"
+    assert f"  error: {said} (log: {rank_log})" in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slurm
+@pytest.mark.gan
+def test_gan_ddp_over_two_slurm_nodes(slurm_cluster, tmp_path: Path) -> None:
+    run_dir, result = slurm_run(
+        tmp_path,
+        [
+            "model=dcgan",
+            "topology=ddp",
+            *[arg for arg in GAN_TINY if not arg.startswith("model.eval_images=")],
+            "model.eval_images=0",  # no quality metric is read here
+            *TWO_NODES,
+        ],
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = summary(run_dir)
+    assert (record["status"], record["world_size"]) == ("completed", 2)
+    assert record["metrics"]["replica_max_diff"] == 0.0  # MMGen's DDP kept the replicas equal
+    assert [(p["rank"], p["node"]) for p in placements(run_dir)] == [
+        (0, SLURM_NODES[0]),
+        (1, SLURM_NODES[1]),
+    ]
+    assert (run_dir / "checkpoints" / "iter_4.pth").exists() or any(run_dir.rglob("iter_4.pth"))
+
+
+# ---------------------------------------------------------------- torchrun, two agents
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def two_agents(run_dir: Path, extra: list[str] = ()) -> list[subprocess.Popen]:
+    """Two torchrun agents on this host as nodes 0 and 1 of one run (one directory)."""
+    port = free_port()
+    agents = []
+    for node_rank in (0, 1):
+        with open(run_dir.parent / f"node{node_rank}.stderr", "w") as stderr:
+            agents.append(
+                processes.spawn(
+                    [
+                        CLI,
+                        *DDP,
+                        "launcher=torchrun",
+                        "launcher.nnodes=2",
+                        "launcher.nproc_per_node=1",
+                        f"launcher.node_rank={node_rank}",
+                        f"launcher.rdzv_endpoint=127.0.0.1:{port}",
+                        *extra,
+                        f"hydra.run.dir={run_dir}",
+                    ],
+                    cwd=run_dir.parent,
+                    # one thread a rank, as torchrun sets for several ranks on one agent (the
+                    # reference): with one rank an agent, torchrun leaves threads alone
+                    env=cli_env({"OMP_NUM_THREADS": "1"}),
+                    stderr=stderr,
+                )
+            )
+    return agents
+
+
+def wait_all(agents: list[subprocess.Popen], run_dir: Path) -> None:
+    for node_rank, agent in enumerate(agents):
+        agent.wait(timeout=300)
+        stderr = (run_dir.parent / f"node{node_rank}.stderr").read_text()
+        assert agent.returncode == 0, f"node {node_rank}:\n{stderr[-3000:]}"
+
+
+@pytest.mark.dist
+def test_two_torchrun_agents_equal_one_agent_with_two_ranks(
+    references: References, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    wait_all(two_agents(run_dir), run_dir)
+    record = summary(run_dir)
+    assert (record["status"], record["world_size"]) == ("completed", 2)
+    assert sorted(p["node_rank"] for p in placements(run_dir)) == [0, 1]
+    assert_same_run(run_dir, references.ddp())
+
+
+@pytest.mark.dist
+def test_killed_worker_on_one_node_restarts_both_nodes_and_resumes(
+    references: References, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    agents = two_agents(run_dir, ["launcher.max_restarts=1"])
+    deadline = time.time() + 240
+    steps = run_dir / "steps.jsonl"
+    while not (steps.exists() and len(steps.read_text().splitlines()) >= 6):
+        assert time.time() < deadline and all(a.poll() is None for a in agents)
+        time.sleep(0.1)
+    os.kill(processes.torchrun_worker(run_dir, "GROUP_RANK=1"), signal.SIGKILL)
+    wait_all(agents, run_dir)
+    record = summary(run_dir)
+    assert (record["status"], record["metrics"]["steps"]) == ("completed", DDP_STEPS)
+    assert (record["resumes"], record["restarts"]) == (1, 1)  # both nodes' ranks restarted
+    assert_same_run(run_dir, references.ddp())  # resumed onto the same trajectory
