@@ -19,13 +19,16 @@ setup-trackers: setup
 train: setup
 	.venv/bin/experiments-train $(ARGS)
 
+# Two pytest-xdist workers, a file at a time, the longest files first (tests/conftest.py).
+XDIST = -n 2 --dist loadfile --no-loadscope-reorder
+
 test: setup-gan setup-trackers
-	.venv/bin/python -m pytest --durations=20 $(PYTEST_ARGS)
+	.venv/bin/python -m pytest $(XDIST) --durations=20 $(PYTEST_ARGS)
 
 # The inner loop (<= 3 min): config validation, the whole config matrix, one tiny real run per
 # family (tests marked `smoke`). CI still runs `make test`.
 check: setup-gan setup-trackers
-	.venv/bin/python -m pytest -m "not slow or smoke" --durations=10 $(PYTEST_ARGS)
+	.venv/bin/python -m pytest $(XDIST) -m "not slow or smoke" --durations=10 $(PYTEST_ARGS)
 
 lint: setup
 	.venv/bin/ruff check src tests bench && .venv/bin/ruff format --check src tests bench

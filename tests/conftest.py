@@ -10,6 +10,8 @@ Also what keeps the suite honest and tidy:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -59,14 +61,33 @@ _saved_env: dict[str, str | None] = {}
 _session_dir: Path | None = None
 
 
+def _threads_per_worker() -> str | None:
+    """Under pytest-xdist, the cores shared out between the workers: each worker's runs get
+    their share as OMP_NUM_THREADS (torchrun gives each rank one thread anyway). Without it a
+    2-thread GAN run of one worker and the 2-rank run of the other spin on each other's cores
+    (measured: the GAN demo 94 s alone, 433 s so)."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not workers or "OMP_NUM_THREADS" in os.environ:
+        return None
+    return str(max(1, (os.cpu_count() or 1) // int(workers)))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Before collection (importing the report module builds matplotlib's font cache): every
     cache of this session, and of every process it starts, lives in one temporary folder."""
     global _session_dir
     _session_dir = Path(tempfile.mkdtemp(prefix="experiments-tests-"))
-    for name, folder in _SESSION_ENV.items():
+    threads = _threads_per_worker()
+    environment = {name: str(_session_dir / folder) for name, folder in _SESSION_ENV.items()}
+    if threads:
+        environment["OMP_NUM_THREADS"] = threads
+    for name, value in environment.items():
         _saved_env[name] = os.environ.get(name)
-        os.environ[name] = str(_session_dir / folder)
+        os.environ[name] = value
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))  # this worker's own in-process runs
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -214,25 +235,59 @@ def unreadable_imagefolder(root: Path, classes: int = 10) -> Path:
 
 # ---------------------------------------------------------------- figures
 
-_FIGURES: list[str] = []
-
 
 @pytest.fixture
 def figures(request: pytest.FixtureRequest):
-    """Measured figures a test reports (printed at the end of the run, never asserted on time)."""
+    """Measured figures a test reports (printed at the end of the run, never asserted on time).
+    They travel with the test's report, so a pytest-xdist worker's figures reach the summary."""
 
     def report(**values: object) -> None:
         text = ", ".join(f"{key}={value}" for key, value in values.items())
-        _FIGURES.append(f"{request.node.nodeid}: {text}")
+        request.node.user_properties.append(("figures", text))
 
     return report
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    if _FIGURES:
+    lines = [
+        f"{report.nodeid}: {value}"
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "call"
+        for name, value in getattr(report, "user_properties", ())
+        if name == "figures"
+    ]
+    if lines:
         terminalreporter.section("measured figures")
-        for line in _FIGURES:
+        for line in lines:
             terminalreporter.write_line(line)
+
+
+# ---------------------------------------------------------------- two workers (pytest-xdist)
+
+# `make test` runs the suite on two pytest-xdist workers (`-n 2 --dist loadfile`): much of it
+# waits (process start-up, Slurm's scheduler, a rank's collective), so two files at a time use
+# both cores. A file is a unit (its module fixtures are built once); the longest files go
+# first, so the two workers end together instead of one starting a long file last.
+LONGEST_FIRST = (
+    "test_multinode.py",
+    "test_topologies.py",
+    "test_gan.py",
+    "test_sweeps.py",
+    "test_fault_tolerance.py",
+    "test_slurm.py",
+    "test_search.py",
+    "test_refusals.py",
+    "test_train.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the order inside a file, and of the other files, stays
 
 
 # ---------------------------------------------------------------- Slurm
@@ -249,6 +304,36 @@ def slurm_state_dir() -> Path:
     return Path(os.environ.get("SLURM_TEST_DIR", "/tmp/experiments-slurm"))
 
 
+def _cluster_users(change: int | None = None) -> int:
+    """The pytest-xdist workers of this test run using the Slurm cluster (one cluster for all
+    of them). `change` +1/-1 registers/unregisters this worker; users left by an earlier test
+    run (a killed one) do not count. Call under the cluster lock."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", processes.SESSION)
+    me = f"{run} {os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+    path = Path(f"{slurm_state_dir()}.users")
+    users = {
+        line
+        for line in (path.read_text().splitlines() if path.exists() else [])
+        if line.split(" ")[0] == run
+    }
+    if change == 1:
+        users.add(me)
+    elif change == -1:
+        users.discard(me)
+    path.write_text("".join(f"{line}\n" for line in sorted(users)))
+    return len(users)
+
+
+@contextlib.contextmanager
+def _cluster_lock():
+    with open(f"{slurm_state_dir()}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """A real Slurm cluster of two emulated nodes (munge, slurmctld, a slurmd per node,
@@ -263,12 +348,15 @@ def slurm_cluster():
     cluster (a login node's), and the script never writes it."""
     saved_conf = os.environ.get("SLURM_CONF")
     try:
-        # Untagged: the daemons must outlive the script (they are stopped below).
-        proc = processes.run(
-            ["bash", str(CLUSTER_SH), "start", "--nodes", str(len(SLURM_NODES))],
-            timeout=480,
-            tagged=False,
-        )
+        # Untagged: the daemons must outlive the script (they are stopped below). Another
+        # worker of this run may have started the cluster already: start then reuses it.
+        with _cluster_lock():
+            _cluster_users(+1)
+            proc = processes.run(
+                ["bash", str(CLUSTER_SH), "start", "--nodes", str(len(SLURM_NODES))],
+                timeout=480,
+                tagged=False,
+            )
         said = (proc.stdout.strip().splitlines() or [""])[-1]
         if proc.returncode == 3:
             reason = said or (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -289,4 +377,6 @@ def slurm_cluster():
             os.environ.pop("SLURM_CONF", None)
         else:
             os.environ["SLURM_CONF"] = saved_conf
-        processes.run(["bash", str(CLUSTER_SH), "stop"], timeout=180, tagged=False)
+        with _cluster_lock():
+            if _cluster_users(-1) == 0:  # the last worker using it stops it
+                processes.run(["bash", str(CLUSTER_SH), "stop"], timeout=180, tagged=False)
