@@ -305,22 +305,21 @@ def slurm_state_dir() -> Path:
 
 
 def _cluster_users(change: int | None = None) -> int:
-    """The pytest-xdist workers of this test run using the Slurm cluster (one cluster for all
-    of them). `change` +1/-1 registers/unregisters this worker; users left by an earlier test
-    run (a killed one) do not count. Call under the cluster lock."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", processes.SESSION)
-    me = f"{run} {os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+    """The test processes using the Slurm cluster (both pytest-xdist workers, or another
+    pytest session on this machine: one cluster for all of them). `change` +1/-1 registers or
+    unregisters this process; processes no longer alive (a killed run) do not count. Call
+    under the cluster lock."""
     path = Path(f"{slurm_state_dir()}.users")
     users = {
-        line
-        for line in (path.read_text().splitlines() if path.exists() else [])
-        if line.split(" ")[0] == run
+        int(line)
+        for line in (path.read_text().split() if path.exists() else [])
+        if line.isdigit() and Path(f"/proc/{line}").exists()
     }
     if change == 1:
-        users.add(me)
+        users.add(os.getpid())
     elif change == -1:
-        users.discard(me)
-    path.write_text("".join(f"{line}\n" for line in sorted(users)))
+        users.discard(os.getpid())
+    path.write_text("".join(f"{pid}\n" for pid in sorted(users)))
     return len(users)
 
 

@@ -274,10 +274,11 @@ def test_requeue_of_a_two_node_job_stops_all_ranks_and_resumes_the_trajectory(
 def test_time_limit_checkpoints_requeues_and_ends_interrupted_after_the_last_requeue(
     slurm_cluster, tmp_path: Path
 ) -> None:
-    """A 2-minute job asks for SIGUSR2 30 s before its limit, which Slurm sends up to 60 s
-    early (its event resolution): 30-90 s into the job, always after training started. The
-    ranks checkpoint and submitit requeues the job once (launcher.max_requeues=1); the second
-    time no requeue is left, and the run ends as interrupted with its checkpoint kept."""
+    """A 2-minute job asks for SIGUSR2 75 s before its limit. Slurm sends it at one of its
+    periodic checks (seen here: up to 23 s earlier or 7 s later than asked), so 20-55 s into
+    the job, after training started (~7 s). The ranks checkpoint and submitit requeues the job once
+    (launcher.max_requeues=1); the second time no requeue is left, and the run ends as
+    interrupted with its checkpoint kept."""
     sweep, log = tmp_path / "sweep", tmp_path / "login.stderr"
     args = [
         *BASE,
@@ -286,7 +287,7 @@ def test_time_limit_checkpoints_requeues_and_ends_interrupted_after_the_last_req
         "trainer.checkpoint_interval=100000",
         *TWO_NODES,
         "launcher.timeout_min=2",
-        "launcher.signal_delay_s=30",
+        "launcher.signal_delay_s=75",
         "launcher.max_requeues=1",
     ]
     with open(log, "w") as stderr, open(tmp_path / "login.stdout", "w") as stdout:

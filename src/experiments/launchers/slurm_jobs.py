@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ from experiments.run.record import read_summary, write_json_atomic
 
 log = logging.getLogger(__name__)
 
+# Seconds between two questions to Slurm about the jobs the login process waits for.
+POLL_S = 5.0
 # Outcomes a job's rank 0 writes itself; anything else means it could not.
 RECORDED = ("completed", "failed", "interrupted")
 
@@ -79,20 +82,44 @@ def launch(
     ]
 
 
+def _wait(job: Any) -> None:
+    """Until Slurm says the job ended. submitit's own wait asks Slurm less and less often (up
+    to once a minute for a job that ran a few minutes): a job that failed without a result
+    file was noticed up to 90 s after it ended. One sacct call every POLL_S seconds instead."""
+    while not job.done(force_check=True):
+        time.sleep(POLL_S)
+
+
 def _outcome(job: Any, overrides: list[str], run_dir: Path) -> JobReturn:
+    _wait(job)
+    if job.state == "COMPLETED" or job.paths.result_pickle.exists():  # (no sacct: no state)
+        try:
+            return job.results()[0]
+        except Exception as error:  # submitit: FailedJobError, UncompletedJobError
+            said = str(error)
+    else:  # failed, killed, out of time or requeues: no result file to wait for
+        said = _task_log_said(job)
+    record_job_end(run_dir, overrides, job, said)  # the sweep's outcome reports it
+    return JobReturn(
+        overrides=overrides,
+        working_dir=str(run_dir),
+        status=JobStatus.COMPLETED,
+        _return_value=math.nan,
+    )
+
+
+def _task_log_said(job: Any) -> str:
+    """What srun said about the job's tasks (it writes into task 0's stderr file), else the
+    state Slurm gives the job."""
     try:
-        return job.results()[0]
-    except Exception as error:  # submitit: FailedJobError, UncompletedJobError
-        record_job_end(run_dir, overrides, job, error)  # the sweep's outcome reports it
-        return JobReturn(
-            overrides=overrides,
-            working_dir=str(run_dir),
-            status=JobStatus.COMPLETED,
-            _return_value=math.nan,
-        )
+        text = Path(job.paths.stderr).read_text(errors="replace")
+    except OSError:
+        text = ""
+    said = [line for line in text.splitlines() if line.startswith("srun: error:")]
+    return "\n".join(said) or f"job state {job.state}"
 
 
-def record_job_end(run_dir: Path, overrides: list[str], job: Any, error: Exception) -> dict:
+def record_job_end(run_dir: Path, overrides: list[str], job: Any, said: str) -> dict:
     """The run's summary after its job ended without a result: as rank 0 left it when it
     could record the outcome, else failed with the best account of why."""
     summary = read_summary(run_dir) or {"overrides": overrides, "run_dir": str(run_dir)}
@@ -106,7 +133,7 @@ def record_job_end(run_dir: Path, overrides: list[str], job: Any, error: Excepti
             failure={key: cause.get(key) for key in ("rank", "node", "error", "log", "logs")},
         )
     else:
-        said = _slurm_said(error)
+        said = _slurm_said(said)
         stderr = _task_stderr(job, said)
         summary.update(
             status="failed",
@@ -118,14 +145,14 @@ def record_job_end(run_dir: Path, overrides: list[str], job: Any, error: Excepti
     return summary
 
 
-def _slurm_said(error: Exception) -> str:
+def _slurm_said(text: str) -> str:
     """The line that says what happened to the job: srun's report of a task (killed, exited
-    with a code) if submitit quoted one, else the first line of submitit's error."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    with a code) if there is one, else the first line of what submitit or Slurm said."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     for line in lines:
         if line.startswith("srun: error:"):
             return line.removeprefix("srun: error:").strip()
-    return lines[0] if lines else type(error).__name__
+    return lines[0] if lines else "the job ended without a result"
 
 
 def _task_stderr(job: Any, said: str) -> str:
