@@ -178,11 +178,7 @@ def run(
 
 def _finish_failed(recorder: RunRecorder, cause: dict[str, Any]) -> None:
     """Rank 0 records a multi-rank run's failure under the rank that caused it."""
-    recorder.finish(
-        "failed",
-        error=failures.describe(cause),
-        failure={key: cause[key] for key in ("rank", "node", "error", "log", "logs")},
-    )
+    recorder.finish("failed", **failures.summary_fields(cause))
 
 
 def _rank_logs(plan: RunPlan, rank: int) -> list[str]:

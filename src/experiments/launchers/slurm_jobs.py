@@ -127,11 +127,7 @@ def record_job_end(run_dir: Path, overrides: list[str], job: Any, said: str) -> 
         return summary
     cause = failures.cause(failures.read(run_dir))
     if cause is not None:
-        summary.update(
-            status="failed",
-            error=failures.describe(cause),
-            failure={key: cause.get(key) for key in ("rank", "node", "error", "log", "logs")},
-        )
+        summary.update(status="failed", **failures.summary_fields(cause))
     else:
         said = _slurm_said(said)
         stderr = _task_stderr(job, said)

@@ -116,6 +116,15 @@ def describe(record: dict[str, Any]) -> str:
     )
 
 
+def summary_fields(record: dict[str, Any]) -> dict[str, Any]:
+    """What summary.json says of a multi-rank run that failed: the one line, and the record
+    of the rank that caused it (the report and trackers read `failure`)."""
+    return {
+        "error": describe(record),
+        "failure": {key: record.get(key) for key in ("rank", "node", "error", "log", "logs")},
+    }
+
+
 def wait_for_cause(run_dir: Path, own: dict[str, Any], timeout_s: float = 10.0) -> dict[str, Any]:
     """The run's cause as seen by a failing rank: its own error, unless that error is an echo
     of a peer's death, then the peer's record (given up to `timeout_s` to appear: the peer
