@@ -25,7 +25,8 @@ from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from experiments.plan import RunPlan, build_plan
+from experiments.plan import build_plan
+from experiments.snn.plan import RunPlan
 
 from .support import processes
 

@@ -14,8 +14,8 @@ from spikingjelly.activation_based.model.sew_resnet import SEWResNet34Config
 from spikingjelly.activation_based.model.spikformer import SpikformerCIFAR10Config, SpikformerConfig
 
 from experiments.errors import ConfigError
-from experiments.models.sew_resnet import SEWResNetConfig
-from experiments.models.spikformer import SpikformerTinyConfig
+from experiments.snn.models.sew_resnet import SEWResNetConfig
+from experiments.snn.models.spikformer import SpikformerTinyConfig
 
 from .conftest import compose_run, plan_for
 

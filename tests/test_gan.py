@@ -24,7 +24,7 @@ import torch
 from PIL import Image
 
 from experiments.errors import ConfigError
-from experiments.plan_gan import GANPlan
+from experiments.gan.plan import GANPlan
 
 from .conftest import CLI, plan_for, read_jsonl, run_cli
 
@@ -261,8 +261,8 @@ def test_quality_is_seeded_and_leaves_the_training_draws_unchanged() -> None:
     from mmgen.datasets import build_dataset
 
     from experiments.data.image_files import ensure_digits_pngs
-    from experiments.engines.gan_mmgen import quality
-    from experiments.models.gan import build_model
+    from experiments.gan.engine import quality
+    from experiments.gan.recipes import build_model
 
     plan = plan_for(["model=dcgan", "model.eval_images=16"])
     ensure_digits_pngs(plan.image_root)

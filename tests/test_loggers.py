@@ -317,7 +317,7 @@ def test_a_failing_mmcv_logger_hook_never_stops_training(
     pytest.importorskip("mmgen")
     from mmcv.runner import HOOKS
 
-    from experiments.engines import gan_mmgen
+    from experiments.gan import engine as gan_mmgen
 
     gan_mmgen.mmgen_compat.import_mmgen()
     gan_mmgen._register_record_hook()

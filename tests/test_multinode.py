@@ -67,7 +67,7 @@ def losses(run_dir: Path) -> list[float]:
 def final_state(run_dir: Path) -> dict[str, torch.Tensor]:
     """The model at the run's last checkpoint, merged from its TP shards by SpikingJelly's own
     merge (which refuses shards that overlap or leave a gap)."""
-    from experiments.models.sew_resnet import SEWResNetBuilder, SEWResNetConfig
+    from experiments.snn.models.sew_resnet import SEWResNetBuilder, SEWResNetConfig
 
     record = summary(run_dir)
     step = record["metrics"]["steps"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.engines.profiling import StepProfiler, summary_metrics
+from experiments.snn.engines.profiling import StepProfiler, summary_metrics
 
 from .conftest import FAST, run_cli
 

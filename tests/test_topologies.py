@@ -113,7 +113,7 @@ class Runs:
 
 
 def builder():
-    from experiments.models.sew_resnet import SEWResNetBuilder, SEWResNetConfig
+    from experiments.snn.models.sew_resnet import SEWResNetBuilder, SEWResNetConfig
 
     return SEWResNetBuilder(SEWResNetConfig(**MODEL_DIMS))
 
@@ -290,9 +290,9 @@ def test_pipeline_microbatches_equal_accumulated_single_process_step(
     from spikingjelly.activation_based import functional
     from spikingjelly.activation_based.distributed.vision.execution import _classification_loss
 
-    from experiments.engines.cpu_parallel import ParallelContext
-    from experiments.engines.snn_cpu import _Trainer
     from experiments.run.record import RunRecorder
+    from experiments.snn.engines.cpu import _Trainer
+    from experiments.snn.engines.cpu_parallel import ParallelContext
 
     one_step = [*COMMON, "trainer.max_steps=1", "trainer.checkpoint_interval=1"]
     pp2 = [*one_step, "topology=pp", *TWO, "topology.pipeline_microbatches=2"]

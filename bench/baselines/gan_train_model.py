@@ -17,7 +17,7 @@ from mmcv.runner import HOOKS, Hook
 # The PyPI mmgen 0.7.x releases lack mmgen/models/architectures/stylegan/ada/, which
 # stylegan's v2 module imports; without this import hook `import mmgen.models` (and so
 # mmgen.apis) fails with ModuleNotFoundError. It only supplies that missing package.
-from experiments.engines.mmgen_compat import install_ada_stub
+from experiments.gan.mmgen_compat import install_ada_stub
 
 install_ada_stub()
 

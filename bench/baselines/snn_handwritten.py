@@ -13,7 +13,7 @@ from spikingjelly.activation_based import functional
 from torch.utils.data import DataLoader
 
 from experiments.data.synthetic import build_synthetic_datasets
-from experiments.models.sew_resnet import SEWResNetBuilder, SEWResNetConfig
+from experiments.snn.models.sew_resnet import SEWResNetBuilder, SEWResNetConfig
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, required=True)

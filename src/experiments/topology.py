@@ -10,10 +10,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from experiments.errors import ConfigError
-from experiments.models import Capabilities
 
 DATA_PARALLEL_KINDS = ("ddp", "fsdp2")
 MESH_DIM_NAMES = ("dp", "pp", "tp")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What one architecture's SpikingJelly builder can be split into."""
+
+    pipeline_sizes: tuple[int, ...]
+    tensor_parallel_divides: int  # TP size must divide this (1 = no TP)
+    tensor_parallel_what: str  # the dimension TP splits, for messages
+    image_multiple: int = 1  # input side must be a multiple of this
+    fixed_image_size: int | None = None
+    note: str = ""
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments import callbacks, distributed_env
 from experiments.callbacks import print_config_error
+from experiments.composition import user_overrides
 from experiments.errors import ConfigError
-from experiments.plan import RunPlan, build_plan, user_overrides
+from experiments.plan import build_plan
 from experiments.run import failures
 from experiments.run.checkpoint import CheckpointError
 from experiments.run.record import (
@@ -37,6 +38,7 @@ from experiments.run.record import (
     versions,
     write_json_atomic,
 )
+from experiments.snn.plan import RunPlan
 
 log = logging.getLogger("experiments.train")
 
@@ -265,14 +267,14 @@ def _launch_child(plan: RunPlan, command: list[str], warm_points: bool = False) 
 
 def _engine(name: str) -> Any:
     if name == "mmgen":
-        from experiments.engines import gan_mmgen
+        from experiments.gan import engine as gan_mmgen
 
         return gan_mmgen
     if name == "spikingjelly":
-        from experiments.engines import snn_spikingjelly
+        from experiments.snn.engines import spikingjelly as snn_spikingjelly
 
         return snn_spikingjelly
-    from experiments.engines import snn_cpu
+    from experiments.snn.engines import cpu as snn_cpu
 
     return snn_cpu
 

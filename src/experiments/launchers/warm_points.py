@@ -25,6 +25,8 @@ from typing import IO, Any
 
 # Set in each forked point to the warm process's pid; the run records it (summary.json).
 WARM_WORKER_ENV = "EXPERIMENTS_WARM_WORKER"
+# What a point runs, as `experiments-train` does (by name: train.py starts this launcher).
+ENTRY_POINT = "experiments.train"
 # What every SNN or GAN point imports; the engine's own module is added per sweep.
 WARM_MODULES = (
     "torch",
@@ -32,15 +34,16 @@ WARM_MODULES = (
     "omegaconf",
     "experiments.train",
     "experiments.plan",
-    "experiments.models.sew_resnet",
-    "experiments.models.spikformer",
+    "experiments.snn.plan",
+    "experiments.snn.models.sew_resnet",
+    "experiments.snn.models.spikformer",
     "torch.utils.tensorboard",
     "tqdm",
 )
 ENGINE_MODULES = {
-    "cpu": "experiments.engines.snn_cpu",
-    "spikingjelly": "experiments.engines.snn_spikingjelly",
-    "mmgen": "experiments.engines.gan_mmgen",
+    "cpu": "experiments.snn.engines.cpu",
+    "spikingjelly": "experiments.snn.engines.spikingjelly",
+    "mmgen": "experiments.gan.engine",
 }
 
 
@@ -155,9 +158,7 @@ def _point(request: dict[str, Any]) -> None:
         os.environ[WARM_WORKER_ENV] = str(os.getppid())
         os.chdir(request["cwd"])
         sys.argv = list(request["argv"])
-        from experiments import train
-
-        train.main()
+        importlib.import_module(ENTRY_POINT).main()
         code = 0
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)

@@ -219,8 +219,8 @@ def _recorded_values(run_dir: Path) -> list[float] | None:
     summary = read_summary(run_dir)
     if not summary or summary.get("status") != "completed":
         return None
-    from experiments.plan import RunPlan
-    from experiments.plan_gan import OBJECTIVE as GAN_OBJECTIVE
+    from experiments.gan.plan import OBJECTIVE as GAN_OBJECTIVE
+    from experiments.snn.plan import RunPlan
 
     objective = GAN_OBJECTIVE if summary.get("engine") == "mmgen" else RunPlan.objective
     value = summary.get("metrics", {}).get(objective)

@@ -159,7 +159,7 @@ def build_config(
     """MMGen's recipe with our groups' values; returns an mmcv Config."""
     import mmcv
 
-    from experiments.engines import mmgen_compat
+    from experiments.gan import mmgen_compat
 
     cfg = mmcv.Config.fromfile(str(recipe_path(recipe.recipe)))
     if mmgen_compat.uses_ada(cfg._cfg_dict.to_dict()) and not mmgen_compat.ada_available():

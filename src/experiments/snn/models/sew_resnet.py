@@ -27,7 +27,7 @@ ZOO = {
 
 @dataclass(frozen=True)
 class SEWResNetConfig(SEWResNet34Config):
-    builder: ClassVar[str] = "experiments.models.sew_resnet.SEWResNetBuilder"
+    builder: ClassVar[str] = "experiments.snn.models.sew_resnet.SEWResNetBuilder"
     depth: int = 18
 
     def __post_init__(self) -> None:

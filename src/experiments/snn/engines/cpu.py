@@ -35,17 +35,17 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from tqdm import tqdm
 
 from experiments import distributed_env
-from experiments.engines.cpu_parallel import (
+from experiments.run import checkpoint
+from experiments.run.record import STEPS, RunRecorder, append_jsonl
+from experiments.run.stop import GracefulStop
+from experiments.snn.engines.cpu_parallel import (
     DEVICE,
     ParallelContext,
     pipeline_schedules,
     wrap_data_parallel,
 )
-from experiments.engines.profiling import StepProfiler, summary_metrics
-from experiments.engines.stop import GracefulStop
-from experiments.plan import CHECKPOINT_DIRNAME, RunPlan
-from experiments.run import checkpoint
-from experiments.run.record import STEPS, RunRecorder, append_jsonl
+from experiments.snn.engines.profiling import StepProfiler, summary_metrics
+from experiments.snn.plan import CHECKPOINT_DIRNAME, RunPlan
 
 log = logging.getLogger(__name__)
 FULL_STATE = StateDictOptions(full_state_dict=True)

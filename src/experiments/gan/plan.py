@@ -15,10 +15,9 @@ from typing import Any
 from experiments import validation as check
 from experiments.data.image_files import gan_image_root
 from experiments.errors import ConfigError
+from experiments.gan.recipes import GANRecipe, build_config, build_model, configs_root
 from experiments.launchers import launcher_module
-from experiments.models import Capabilities
-from experiments.models.gan import GANRecipe, build_config, build_model, configs_root
-from experiments.topology import ParallelDims, parallel_dims
+from experiments.topology import Capabilities, ParallelDims, parallel_dims
 
 GAN_TOPOLOGIES = ("single", "ddp")
 OBJECTIVE = "swd"  # sliced Wasserstein distance to the run's data (x1e3, lower is better)
@@ -81,7 +80,7 @@ class GANPlan:
         }
 
     def as_text(self) -> str:
-        from experiments.plan import launch_lines
+        from experiments.composition import launch_lines
 
         plan = self.as_dict()
         counts = ", ".join(f"{k} {v / 1e6:.2f} M" for k, v in self.parameters.items())
@@ -116,8 +115,8 @@ class GANPlan:
 def build_gan_plan(
     values: dict[str, Any], run_dir: Path, overrides: list[str], choices: dict[str, str]
 ) -> GANPlan:
-    from experiments.engines import mmgen_compat
-    from experiments.plan import user_overrides
+    from experiments.composition import user_overrides
+    from experiments.gan import mmgen_compat
 
     recipe = GANRecipe.from_values(values["model"])
     model_name = choices.get("model", recipe.recipe)

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from experiments.plan import RunPlan
 from experiments.run.record import RunRecorder
+from experiments.snn.plan import RunPlan
 
 
 def newest_spikingjelly_checkpoint(root: Path) -> Path | None:

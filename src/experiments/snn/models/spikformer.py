@@ -22,7 +22,7 @@ from spikingjelly.activation_based.model.spikformer import (
 
 @dataclass(frozen=True)
 class SpikformerTinyConfig(SpikformerConfig):
-    builder: ClassVar[str] = "experiments.models.spikformer.SpikformerTinyBuilder"
+    builder: ClassVar[str] = "experiments.snn.models.spikformer.SpikformerTinyBuilder"
 
 
 class SpikformerTinyBuilder(SpikformerBuilder):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from spikingjelly.activation_based.distributed.vision import ModelConfig
 
 from experiments.errors import ConfigError
+from experiments.topology import Capabilities
 
 # Architectures are recognised by class path, so planning imports only the chosen model's
 # module (SpikingJelly's sew_resnet imports torchvision, ~1.6 s; spikformer does not).
@@ -25,21 +25,9 @@ SJ_MODEL = "spikingjelly.activation_based.model."
 SEW_RESNET34 = SJ_MODEL + "sew_resnet.SEWResNet34Config"
 SPIKFORMER = SJ_MODEL + "spikformer.SpikformerConfig"
 SPIKFORMER_CIFAR10 = SJ_MODEL + "spikformer.SpikformerCIFAR10Config"
-SEW_RESNET = "experiments.models.sew_resnet.SEWResNetConfig"
-SPIKFORMER_TINY = "experiments.models.spikformer.SpikformerTinyConfig"
+SEW_RESNET = "experiments.snn.models.sew_resnet.SEWResNetConfig"
+SPIKFORMER_TINY = "experiments.snn.models.spikformer.SpikformerTinyConfig"
 BASIC_BLOCK_DEPTHS = (18, 34)  # what SpikingJelly's SEW builder shards (TP) and splits (PP)
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What one architecture's SpikingJelly builder can be split into."""
-
-    pipeline_sizes: tuple[int, ...]
-    tensor_parallel_divides: int  # TP size must divide this (1 = no TP)
-    tensor_parallel_what: str  # the dimension TP splits, for messages
-    image_multiple: int = 1  # input side must be a multiple of this
-    fixed_image_size: int | None = None
-    note: str = ""
 
 
 def _is(config: ModelConfig, class_path: str) -> bool:

@@ -31,8 +31,8 @@ import torch.distributed as dist
 
 from experiments import distributed_env
 from experiments.data.image_files import DIGITS_FOLDER, ensure_digits_pngs
-from experiments.engines import mmgen_compat
-from experiments.models.gan import CHECKPOINT_DIRNAME, SAMPLES_DIRNAME
+from experiments.gan import mmgen_compat
+from experiments.gan.recipes import CHECKPOINT_DIRNAME, SAMPLES_DIRNAME
 from experiments.run.record import RunRecorder
 
 log = logging.getLogger("experiments.gan")
@@ -186,7 +186,7 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
     from mmgen.datasets import build_dataset
     from mmgen.utils import get_root_logger
 
-    from experiments.models.gan import build_model
+    from experiments.gan.recipes import build_model
 
     world_size = plan.dims.world_size
     distributed = world_size > 1

@@ -1,0 +1,465 @@
+"""The plan of an SNN run: model x data x topology x launcher -> engine, mesh, SpikingJelly's
+TrainingConfig, command.
+
+`experiments.plan.build_plan` checks the keys every family shares and hands SNN models here;
+every failure is a ConfigError naming the key, the bad value and a valid choice.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from spikingjelly.activation_based.distributed.vision import ModelConfig, TrainingConfig
+from spikingjelly.activation_based.precision import PrecisionConfig
+
+from experiments import data as data_group
+from experiments import validation as check
+from experiments.composition import (
+    ROOT_PLACEHOLDER,
+    _resolve,
+    _with_data_value,
+    launch_lines,
+    user_overrides,
+)
+from experiments.errors import ConfigError
+from experiments.known_keys import nearest
+from experiments.launchers import launcher_module
+from experiments.snn.models import capabilities, instantiate_model_config, parameter_count
+from experiments.topology import ParallelDims, parallel_dims
+
+ENGINES = ("auto", "spikingjelly", "cpu")
+PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
+EXECUTION_MODES = ("eager", "compile", "cuda_graph")
+CHECKPOINT_DIRNAME = "checkpoints"
+
+
+@dataclass
+class RunPlan:
+    """A validated run: everything a launcher or engine needs, nothing it must re-derive."""
+
+    choices: dict[str, str]
+    run_dir: Path
+    overrides: list[str]
+    model_config: ModelConfig
+    parameters: int
+    dims: ParallelDims
+    engine: str
+    device: str
+    backend: str
+    training_config: TrainingConfig
+    launch_command: list[str]
+    resume: str | None
+    trainer: dict[str, Any] = field(default_factory=dict)
+    # "key: old -> new" for each key this launch raises on a recorded run (run/recorded_config.py)
+    extensions: list[str] = field(default_factory=list)
+
+    objective: str = "val_accuracy"  # the metric a sweep optimises and a re-run reports
+
+    @property
+    def seed(self) -> int:
+        return self.training_config.seed
+
+    @property
+    def global_batch(self) -> int:
+        return self.training_config.batch_size * self.dims.data_parallel_size
+
+    def as_dict(self) -> dict[str, Any]:
+        config = self.training_config
+        return {
+            "model": self.choices.get("model"),
+            "model_class": type(self.model_config).__name__,
+            "parameters": self.parameters,
+            "data": self.choices.get("data"),
+            "topology": self.choices.get("topology"),
+            "launcher": self.choices.get("launcher"),
+            "engine": self.engine,
+            "device": self.device,
+            "backend": self.backend,
+            "world_size": self.dims.world_size,
+            "mesh": self.dims.as_dict(),
+            "batch": {
+                "per_rank": config.batch_size,
+                "global": self.global_batch,
+                "micro": config.batch_size // self.dims.pipeline_microbatches,
+            },
+            "run_dir": str(self.run_dir),
+            "resume": self.resume,
+            "command": self.launch_command,
+            "library_config": config.as_dict(),
+        }
+
+    def as_text(self) -> str:
+        plan = self.as_dict()
+        dims = self.dims
+        lines = [
+            "Run plan (dry run: nothing was trained or written)",
+            f"  model      {plan['model']} ({plan['model_class']}, "
+            f"{self.parameters / 1e6:.2f} M parameters, T={self.model_config.time_steps})",
+            f"  data       {plan['data']}",
+            f"  engine     {self.engine} on {self.device} (backend {self.backend})",
+            f"  topology   {plan['topology']}: world size {dims.world_size}, mesh {dims.describe()}"
+            + (
+                f", {dims.pipeline_microbatches} micro-batches"
+                if dims.pipeline_parallel_size > 1
+                else ""
+            ),
+            f"  batch      {plan['batch']['per_rank']} per data-parallel rank, "
+            f"{plan['batch']['global']} global",
+            f"  run dir    {self.run_dir}",
+            f"  launcher   {plan['launcher']}; it would execute:",
+        ]
+        lines += launch_lines(plan["launcher"], self.launch_command)
+        lines.append("  library config (SpikingJelly TrainingConfig.as_dict()):")
+        lines += [
+            f"    {line}" for line in json.dumps(plan["library_config"], indent=2).splitlines()
+        ]
+        return "\n".join(lines)
+
+
+def _folder_classes(cfg: DictConfig, data: dict[str, Any]) -> DictConfig:
+    """The class count of an image folder is read from its class folders; a data.num_classes
+    that disagrees would crash mid-run (IndexError) or train a 1000-way head on 3 classes."""
+    from experiments.data.image_folder import class_names
+
+    root = Path(str(data["root"]))
+    train = root / str(data.get("train_subdirectory", "train"))
+    if data["root"] == ROOT_PLACEHOLDER or not train.is_dir():
+        return cfg  # a dry run's placeholder, or a missing folder that _check_data names
+    names = class_names(train)
+    if not names:
+        raise ConfigError(
+            "data.root", str(root), f"{train} has no class folders; expected {train}/<class>/*.jpg"
+        )
+    given = data.get("num_classes")
+    if given is not None and given != len(names):
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        raise ConfigError(
+            "data.num_classes",
+            given,
+            f"{train} has {len(names)} class folders ({shown}); set data.num_classes="
+            f"{len(names)} or leave it null to read it from the folders",
+        )
+    return _with_data_value(cfg, "num_classes", len(names))
+
+
+def _resume(value: Any) -> str | None:
+    if value is None or value == "auto":
+        return value
+    if not isinstance(value, str) or not Path(value).exists():
+        raise ConfigError("resume", value, "auto, null, or an existing checkpoint directory")
+    return value
+
+
+def _trainer(trainer: dict[str, Any]) -> dict[str, Any]:
+    check.integer(trainer["epochs"], "trainer.epochs", minimum=1)
+    check.optional_integer(trainer["max_steps"], "trainer.max_steps", minimum=1)
+    check.integer(trainer["batch_size"], "trainer.batch_size", minimum=1)
+    check.integer(trainer["workers"], "trainer.workers", minimum=0)
+    check.integer(trainer["checkpoint_interval"], "trainer.checkpoint_interval", minimum=0)
+    check.integer(trainer["keep_checkpoints"], "trainer.keep_checkpoints", minimum=1)
+    check.integer(trainer["log_every_n_steps"], "trainer.log_every_n_steps", minimum=1)
+    check.integer(trainer["profile_steps"], "trainer.profile_steps", minimum=0)
+    check.choice(trainer["engine"], "trainer.engine", ENGINES)
+    check.choice(trainer["precision"], "trainer.precision", PRECISIONS)
+    check.choice(trainer["execution_mode"], "trainer.execution_mode", EXECUTION_MODES)
+    check.integer(trainer["memopt_level"], "trainer.memopt_level", minimum=0, maximum=4)
+    if trainer["scheduler"] is not None:
+        cls = data_group.import_object(str(trainer["scheduler"]), "trainer.scheduler")
+        if not (isinstance(cls, type) and issubclass(cls, torch.optim.lr_scheduler.LRScheduler)):
+            raise ConfigError(
+                "trainer.scheduler",
+                trainer["scheduler"],
+                "a torch.optim.lr_scheduler class path, e.g. torch.optim.lr_scheduler.StepLR",
+            )
+        _check_arguments(cls, trainer["scheduler_kwargs"] or {}, "trainer.scheduler_kwargs.", 1)
+    elif trainer["scheduler_kwargs"]:
+        raise ConfigError(
+            "trainer.scheduler_kwargs",
+            trainer["scheduler_kwargs"],
+            "{} without trainer.scheduler (set a scheduler class, or drop its arguments)",
+        )
+    return trainer
+
+
+def _check_arguments(cls: type, kwargs: dict[str, Any], prefix: str, skip: int) -> None:
+    """The class's own signature decides: an argument it does not take, or a required one
+    that is missing, is refused before launch (not a TypeError once the run exists).
+    `skip` leading parameters (the optimizer's params, the scheduler's optimizer) are ours."""
+    import inspect
+
+    parameters = list(inspect.signature(cls.__init__).parameters.values())[1 + skip :]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return
+    names = [p.name for p in parameters if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    for key, value in kwargs.items():
+        if key not in names:
+            hint = nearest(key, names, prefix, "it takes ")
+            raise ConfigError(f"{prefix}{key}", value, f"not an argument of {cls.__name__}; {hint}")
+    for parameter in parameters:
+        if parameter.default is inspect.Parameter.empty and parameter.name not in kwargs:
+            if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+                continue
+            raise ConfigError(
+                f"{prefix}{parameter.name}",
+                None,
+                f"required by {cls.__name__}; set +{prefix}{parameter.name}=<value>",
+            )
+
+
+def _optimizer(optimizer: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    kwargs = {key: value for key, value in optimizer.items() if key != "name"}
+    cls = data_group.import_object(str(optimizer["name"]), "optimizer.name")
+    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+        raise ConfigError(
+            "optimizer.name",
+            optimizer["name"],
+            "a torch.optim.Optimizer class path, e.g. torch.optim.AdamW",
+        )
+    _check_arguments(cls, kwargs, "optimizer.", skip=1)
+    check.positive_number(kwargs.get("lr"), "optimizer.lr")
+    if "weight_decay" in kwargs:
+        check.non_negative_number(kwargs["weight_decay"], "optimizer.weight_decay")
+    return str(optimizer["name"]), kwargs
+
+
+def _check_data(data: dict[str, Any]) -> None:
+    if data["name"] == "digits":
+        from experiments.data.digits import DIGITS_TOTAL
+
+        check.integer(data["val_size"], "data.val_size", minimum=1, maximum=DIGITS_TOTAL - 1)
+        if data["num_classes"] != 10:
+            raise ConfigError("data.num_classes", data["num_classes"], "digits has 10 classes")
+    if data["name"] == "synthetic":
+        check.integer(data["train_size"], "data.train_size", minimum=1)
+        check.integer(data["val_size"], "data.val_size", minimum=1)
+    if "root" in data and data["root"] != ROOT_PLACEHOLDER:
+        root = Path(str(data["root"]))
+        fraction = data.get("val_fraction")
+        if fraction is not None and (
+            isinstance(fraction, bool) or not isinstance(fraction, (int, float))
+            or not 0 < fraction < 1
+        ):  # fmt: skip
+            raise ConfigError("data.val_fraction", fraction, "a fraction between 0 and 1, e.g. 0.1")
+        train = root / str(data.get("train_subdirectory", "train"))
+        val = root / str(data.get("validation_subdirectory", "val"))
+        if not train.is_dir():
+            raise ConfigError(
+                "data.root",
+                str(root),
+                f"no folder {train}; expected an ImageNet-style root with train/<class>/ "
+                "and val/<class>/",
+            )
+        if fraction is None and not val.is_dir():
+            raise ConfigError(
+                "data.root",
+                str(root),
+                f"no folder {val}; add val/<class>/ folders, or set data.val_fraction=0.1 to "
+                "hold out a seeded 10% of train/ for validation",
+            )
+    check.integer(data["num_classes"], "data.num_classes", minimum=2)
+    check.integer(data["image_size"], "data.image_size", minimum=1)
+
+
+def _check_model_against_data(
+    config: ModelConfig, data: dict[str, Any], caps: Any, name: str
+) -> None:
+    if config.num_classes != data["num_classes"]:
+        raise ConfigError(
+            "model.num_classes",
+            config.num_classes,
+            f"data={data['name']} has {data['num_classes']} classes; "
+            "leave model.num_classes at ${data.num_classes}",
+        )
+    size = data["image_size"]
+    if caps.fixed_image_size is not None and size != caps.fixed_image_size:
+        raise ConfigError(
+            "data.image_size",
+            size,
+            f"{name} takes {caps.fixed_image_size}x"
+            f"{caps.fixed_image_size} input; use data.image_size={caps.fixed_image_size}",
+        )
+    if size % caps.image_multiple:
+        raise ConfigError(
+            "data.image_size",
+            size,
+            f"{name} needs a multiple of "
+            f"{caps.image_multiple} (its patch stem), e.g. {caps.image_multiple * 2}",
+        )
+    for key in ("image_size", "image_height", "image_width"):
+        if hasattr(config, key) and getattr(config, key) != size:
+            raise ConfigError(
+                f"model.{key}", getattr(config, key), f"must equal data.image_size={size}"
+            )
+
+
+def _check_validation_split(data: dict[str, Any], dims: ParallelDims, batch_size: int) -> None:
+    # SpikingJelly's loaders shard the validation set evenly, in whole batches under PP.
+    val_size = data.get("val_size")
+    if val_size is None:
+        return
+    multiple = dims.data_parallel_size * (batch_size if dims.pipeline_parallel_size > 1 else 1)
+    if val_size % multiple:
+        raise ConfigError(
+            "data.val_size",
+            val_size,
+            f"must be divisible by {multiple} (data-parallel size"
+            + (" x batch size under PP)" if dims.pipeline_parallel_size > 1 else ")"),
+        )
+
+
+def _engine(trainer: dict[str, Any], has_cuda: bool, launcher: str) -> str:
+    engine = trainer["engine"]
+    if engine == "auto":
+        engine = "spikingjelly" if has_cuda else "cpu"
+    if engine == "spikingjelly" and not has_cuda:
+        where = (
+            "launcher.gpus_per_node is 0"
+            if launcher == "slurm"
+            else "this machine has no CUDA device"
+        )
+        raise ConfigError(
+            "trainer.engine",
+            "spikingjelly",
+            "SpikingJelly's train_classification "
+            f"needs CUDA and NCCL, but {where}; use trainer.engine=cpu or auto",
+        )
+    if engine == "cpu":
+        for key, value, default in (
+            ("precision", trainer["precision"], "fp32"),
+            ("execution_mode", trainer["execution_mode"], "eager"),
+            ("memopt_level", trainer["memopt_level"], 0),
+        ):
+            if value != default:
+                raise ConfigError(
+                    f"trainer.{key}",
+                    value,
+                    "needs CUDA (SpikingJelly's "
+                    f"train_classification); the CPU engine runs {key}={default}",
+                )
+    elif trainer["profile_steps"]:
+        raise ConfigError(
+            "trainer.profile_steps",
+            trainer["profile_steps"],
+            "0: SpikingJelly's train_classification has no profiler hook; profiling is "
+            "for trainer.engine=cpu",
+        )
+    return engine
+
+
+def _training_config(
+    model_config: ModelConfig,
+    values: dict[str, Any],
+    trainer: dict[str, Any],
+    optimizer_name: str,
+    optimizer_kwargs: dict[str, Any],
+    data_kwargs: dict[str, Any],
+    dims: ParallelDims,
+    run_dir: Path,
+    resume: str | None,
+) -> TrainingConfig:
+    try:
+        return TrainingConfig(
+            model=model_config,
+            dataset_builder=values["data"]["builder"],
+            dataset_kwargs=data_kwargs,
+            epochs=trainer["epochs"],
+            batch_size=trainer["batch_size"],
+            workers=trainer["workers"],
+            optimizer=optimizer_name,
+            optimizer_kwargs=optimizer_kwargs,
+            scheduler=trainer["scheduler"],
+            scheduler_kwargs=trainer["scheduler_kwargs"] or {},
+            tensor_parallel_size=dims.tensor_parallel_size,
+            pipeline_parallel_size=dims.pipeline_parallel_size,
+            pipeline_microbatches=dims.pipeline_microbatches,
+            data_parallel=dims.data_parallel,
+            precision=PrecisionConfig(mode=trainer["precision"]),
+            execution_mode=trainer["execution_mode"],
+            memopt_level=trainer["memopt_level"],
+            max_steps=trainer["max_steps"],
+            checkpoint_dir=run_dir / CHECKPOINT_DIRNAME,
+            checkpoint_interval=trainer["checkpoint_interval"],
+            resume=Path(resume) if resume not in (None, "auto") else None,
+            seed=values["seed"],
+        )
+    except (TypeError, ValueError) as error:
+        raise ConfigError(
+            "trainer",
+            f"{dims.describe()}, precision={trainer['precision']}",
+            f"SpikingJelly's TrainingConfig rejects it: {error}",
+        ) from None
+
+
+def build_snn_plan(
+    cfg: DictConfig,
+    values: dict[str, Any],
+    run_dir: Path,
+    overrides: list[str],
+    choices: dict[str, str],
+    extensions: list[str],
+) -> RunPlan:
+    """The SNN half of `experiments.plan.build_plan`: the keys every family shares are
+    already checked."""
+    if values["data"].get("name") == "imagefolder" and "root" in values["data"]:
+        cfg = _folder_classes(cfg, values["data"])
+        values = _resolve(cfg)
+    for key in ("resume_from", "load_from"):
+        if values.get(key) is not None:
+            raise ConfigError(
+                key,
+                values[key],
+                "null: MMGen's resume_from/load_from apply to GAN models; an SNN run resumes "
+                "with resume=auto (its own checkpoints) or resume=<checkpoint directory>",
+            )
+    resume = _resume(values.get("resume"))
+    trainer = _trainer(values["trainer"])
+    optimizer_name, optimizer_kwargs = _optimizer(values["optimizer"])
+
+    data_kwargs = data_group.dataset_kwargs(cfg.data)
+    _check_data(values["data"])
+    model_config = instantiate_model_config(cfg.model)
+    caps = capabilities(model_config)
+    model_name = choices.get("model", type(model_config).__name__)
+    _check_model_against_data(model_config, values["data"], caps, model_name)
+
+    launcher = values["launcher"]
+    module = launcher_module(launcher["name"])
+    world_size = module.world_size(launcher)
+    module.validate(launcher)
+    dims = parallel_dims(values["topology"], world_size, caps, model_name, trainer["batch_size"])
+    _check_validation_split(values["data"], dims, trainer["batch_size"])
+
+    engine = _engine(trainer, module.has_cuda(launcher), launcher["name"])
+    device = "cuda" if engine == "spikingjelly" else "cpu"
+    training_config = _training_config(
+        model_config,
+        values,
+        trainer,
+        optimizer_name,
+        optimizer_kwargs,
+        data_kwargs,
+        dims,
+        run_dir,
+        resume,
+    )
+    return RunPlan(
+        choices=dict(choices),
+        run_dir=run_dir,
+        overrides=list(overrides),
+        model_config=model_config,
+        parameters=parameter_count(model_config),
+        dims=dims,
+        engine=engine,
+        device=device,
+        backend="nccl" if device == "cuda" else "gloo",
+        training_config=training_config,
+        launch_command=module.command(launcher, user_overrides(overrides), str(run_dir)),
+        resume=resume,
+        trainer=trainer,
+        extensions=extensions,
+    )
