@@ -183,6 +183,16 @@ def run_cli(
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+def run_tool(
+    name: str, args: list[str], cwd: Path, timeout: float = DEFAULT_TIMEOUT, env: dict | None = None
+) -> Result:
+    """Another installed console script (experiments-eval, experiments-sample, ...), as run_cli."""
+    proc = processes.run(
+        [str(BIN / name), *args], cwd=cwd, timeout=min(timeout, MAX_TIMEOUT), env=cli_env(env)
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

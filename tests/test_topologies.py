@@ -406,3 +406,20 @@ def test_multirun_with_torchrun_launches_each_point_once(runs: Runs) -> None:
         # the lr the workers' optimizer used, not the override echoed back
         assert read_jsonl(sweep_dir / number / "metrics.jsonl")[-1]["lr"] == lr
         assert not [p for p in (sweep_dir / number).iterdir() if p.is_dir() and p.name.isdigit()]
+
+
+@pytest.mark.parametrize("name", ["single", "fsdp2_tp", "ddp_pp"])
+def test_eval_of_the_final_checkpoint_reproduces_the_runs_validation(runs: Runs, name: str) -> None:
+    """experiments-eval rebuilds one process's model from the recorded config, merges the
+    run's FSDP2/TP/PP shards and gets the run's own final validation numbers."""
+    from .conftest import run_tool
+
+    run_dir = runs.get(name)
+    result = run_tool("experiments-eval", [str(run_dir)], cwd=runs.root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    evaluated = json.loads((run_dir / "eval.json").read_text())
+    metrics = runs.summary(name)["metrics"]
+    assert evaluated["step"] == metrics["steps"] == STEPS
+    assert abs(evaluated["val_accuracy"] - metrics["val_accuracy"]) <= 1e-6
+    assert abs(evaluated["val_loss"] - metrics["val_loss"]) <= 1e-5 * metrics["val_loss"]
+    assert evaluated["images"] == 64

@@ -19,3 +19,8 @@ class ConfigError(Exception):
         self.value = value
         self.expected = expected
         super().__init__(f"invalid config: {key}={value!r}: {expected}")
+
+
+class EvaluationError(RuntimeError):
+    """A run cannot be evaluated as asked (e.g. none of its checkpoints is readable): not a
+    config mistake, so `experiments-eval` prints it as one line and exits 1."""

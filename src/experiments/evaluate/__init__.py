@@ -1,0 +1,91 @@
+"""`experiments-eval <run dir | checkpoint> [key=value ...]`: evaluate a run's checkpoint.
+
+The run directory is the record: its `.hydra/config.yaml` rebuilds the model exactly as it
+was trained, and `summary.json` says which family (and engine) wrote it. This module only
+finds the run and the checkpoint and hands them to the family's evaluation
+(`experiments.snn.evaluate`, `experiments.gan.evaluate`); bad input is one line and exit 2,
+like the training command.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from experiments.errors import ConfigError, EvaluationError
+from experiments.run.record import read_summary
+
+USAGE = """\
+usage: experiments-eval <run dir | checkpoint> [key=value ...]
+
+Evaluates a run's checkpoint (the newest readable one for a run directory) on the run's own
+validation data and writes <run dir>/eval.json (SNN runs also eval_confusion.png).
+
+  SNN runs:  data.<key>=<value>  evaluate on other data (e.g. data.val_size=...)
+             trainer.batch_size=N, trainer.workers=N
+  GAN runs:  data.<key>=<value>  and the GAN evaluation's own keys (see its --help)
+"""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the user pointed at: a run directory, and a checkpoint in it or None (newest)."""
+
+    run_dir: Path
+    checkpoint: Path | None
+    summary: dict
+
+
+def find_target(argument: str) -> Target:
+    """A run directory holds summary.json; a checkpoint lies somewhere below one (SNN:
+    checkpoints/step_N/, classic Trainer: checkpoints/*.pth, MMGen: ckpt/<name>/iter_N.pth)."""
+    path = Path(argument).expanduser()
+    if not path.exists():
+        raise ConfigError("run", argument, "an existing run directory or checkpoint path")
+    path = path.resolve()
+    for candidate in (path, *path.parents):
+        summary = read_summary(candidate)
+        if summary is not None and (candidate / ".hydra" / "config.yaml").is_file():
+            return Target(candidate, None if candidate == path else path, summary)
+    raise ConfigError(
+        "run",
+        argument,
+        "a run directory made by experiments-train (with summary.json and .hydra/config.yaml),"
+        " or a checkpoint inside one",
+    )
+
+
+def parse_overrides(arguments: list[str]) -> list[str]:
+    for argument in arguments:
+        key, sep, _ = argument.partition("=")
+        if not sep or not key:
+            raise ConfigError(argument, None, "key=value, e.g. data.val_size=128")
+    return arguments
+
+
+def evaluate(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE, end="")
+        return 0 if argv else 2
+    target = find_target(argv[0])
+    overrides = parse_overrides(argv[1:])
+    engine = target.summary.get("engine")
+    if engine == "mmgen":
+        from experiments.gan.evaluate import evaluate_run as evaluate_gan
+
+        return evaluate_gan(target.run_dir, target.checkpoint, overrides)
+    from experiments.snn.evaluate import evaluate_run as evaluate_snn
+
+    return evaluate_snn(target.run_dir, target.checkpoint, overrides)
+
+
+def main() -> None:
+    try:
+        sys.exit(evaluate(sys.argv[1:]))
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(ConfigError.exit_code)
+    except EvaluationError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)

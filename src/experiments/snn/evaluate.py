@@ -1,0 +1,289 @@
+"""Evaluate an SNN run's checkpoint: accuracy, loss, images/s and a confusion matrix.
+
+The model is rebuilt from the run's own recorded config (`.hydra/config.yaml`) through the
+same plan a single-process run of that config would get, so the builder, the data, the input
+layout and SpikingJelly's forward/loss helpers are the ones training used. Sharded checkpoints
+(TP, PP) are merged by the model's own builder (`merge_state_dicts`, which refuses shards that
+overlap or leave a gap); FSDP2 and DDP checkpoints already hold full tensors.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from experiments.errors import ConfigError, EvaluationError
+from experiments.run import checkpoint as checkpoints
+from experiments.run.record import read_summary, write_json_atomic
+
+EVAL_FILE = "eval.json"
+CONFUSION_FILE = "eval_confusion.png"
+# SpikingJelly's loaders always ask for pinned memory; there is nothing to pin on the CPU.
+warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as true.*")
+# What an evaluation may change; the model and its training are the run's.
+OVERRIDABLE = ("data.", "trainer.batch_size", "trainer.workers")
+# Training-only settings a CPU evaluation of a CUDA run leaves at their CPU values.
+CPU_TRAINER = {
+    "engine": "cpu",
+    "precision": "fp32",
+    "execution_mode": "eager",
+    "memopt_level": 0,
+    "profile_steps": 0,
+}
+
+
+@dataclass
+class Evaluated:
+    loss: float
+    accuracy: float
+    images: int
+    seconds: float
+    confusion: torch.Tensor  # [true class, predicted class] counts
+
+
+def evaluate_run(run_dir: Path, checkpoint: Path | None, overrides: list[str]) -> int:
+    cfg = _config(run_dir, overrides)
+    plan = _plan(run_dir, cfg)
+    model, path, step = _load_newest_readable(plan, run_dir, checkpoint)
+    print(f"Evaluating {path} (step {step}) on data={plan.choices.get('data')} ...")
+    result = _evaluate(plan, model)
+    summary = read_summary(run_dir) or {}
+    record = {
+        "run_dir": str(run_dir),
+        "checkpoint": str(path),
+        "step": step,
+        "engine": summary.get("engine"),
+        "model": summary.get("model"),
+        "data": OmegaConf.to_container(cfg.data, resolve=True),
+        "overrides": overrides,
+        "val_accuracy": result.accuracy,
+        "val_loss": result.loss,
+        "images": result.images,
+        "images_per_second": result.images / result.seconds if result.seconds else None,
+        "confusion_matrix": result.confusion.tolist(),
+        "per_class_accuracy": _per_class(result.confusion),
+        # what training recorded for its final checkpoint, to compare at a glance
+        "run_val_accuracy": summary.get("metrics", {}).get("val_accuracy"),
+    }
+    write_json_atomic(run_dir / EVAL_FILE, record)
+    figure = _confusion_figure(result.confusion, run_dir / CONFUSION_FILE, record)
+    print(
+        f"  val_accuracy  {result.accuracy:.4f}"
+        + (
+            f" (the run recorded {record['run_val_accuracy']:.4f})"
+            if isinstance(record["run_val_accuracy"], float)
+            else ""
+        )
+        + f"\n  val_loss      {result.loss:.4f}\n"
+        f"  images        {result.images} ({record['images_per_second']:.1f} images/s)\n"
+        f"  written       {run_dir / EVAL_FILE}, {figure}"
+    )
+    return 0
+
+
+def _config(run_dir: Path, overrides: list[str]) -> DictConfig:
+    """The run's recorded config with the evaluation's overrides, on one CPU process."""
+    cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    assert isinstance(cfg, DictConfig)
+    for override in overrides:
+        key, _, text = override.partition("=")
+        if not key.startswith(OVERRIDABLE):
+            raise ConfigError(
+                key,
+                text,
+                "an evaluation changes only its data and batching: data.<key>=..., "
+                "trainer.batch_size=N or trainer.workers=N (the model is the run's)",
+            )
+        if OmegaConf.select(cfg, key, default=None) is None and key.count(".") == 1:
+            group, name = key.split(".")
+            if name not in cfg[group]:
+                valid = ", ".join(sorted(str(k) for k in cfg[group]))
+                raise ConfigError(key, text, f"not a key of this run's {group}; valid: {valid}")
+        OmegaConf.update(cfg, key, yaml.safe_load(text) if text else None, merge=True)
+    conf = _conf_root()
+    with open_dict(cfg):
+        cfg.launcher = OmegaConf.load(conf / "launcher" / "local.yaml")
+        cfg.topology = OmegaConf.load(conf / "topology" / "single.yaml")
+        cfg.resume = None
+        cfg.dry_run = False
+        for key, value in CPU_TRAINER.items():
+            if key in cfg.trainer:
+                cfg.trainer[key] = value
+    return cfg
+
+
+def _conf_root() -> Path:
+    import experiments.conf
+
+    return Path(experiments.conf.__file__).parent
+
+
+def _plan(run_dir: Path, cfg: DictConfig) -> Any:
+    """The plan a single-process run of this config gets: its builder, data and layout."""
+    from experiments.composition import _resolve
+    from experiments.snn.plan import build_snn_plan
+
+    hydra = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml")
+    choices = dict(OmegaConf.select(hydra, "hydra.runtime.choices", default={}) or {})
+    choices.update(launcher="local", topology="single")
+    return build_snn_plan(cfg, _resolve(cfg), run_dir, [], choices, [])
+
+
+def _build_model(plan: Any) -> torch.nn.Module:
+    from spikingjelly.activation_based import functional
+
+    config = plan.training_config
+    builder = config.model.get_builder_cls()(config.model)
+    model, _, _, _ = builder.build(
+        process_group=None,
+        memopt_process_group=None,
+        pipeline_rank=0,
+        pipeline_size=1,
+        pipeline_microbatches=1,
+        device=torch.device("cpu"),
+        micro_batch_size=config.batch_size,
+        memopt_level=0,
+        memopt_compress_inputs=False,
+        memopt_checkpoint_budget="memory",
+    )
+    functional.set_step_mode(model, config.model.step_mode)
+    return model
+
+
+def _merged_state(plan: Any, path: Path) -> tuple[dict[str, torch.Tensor], int]:
+    """One checkpoint's model, its (pp, tp) shards merged into the canonical names."""
+    import json
+
+    meta = json.loads((path / checkpoints.META).read_text(encoding="utf-8"))
+    _, pipeline, tensor = meta.get("mesh", {}).get("shape", [1, 1, 1])
+    shards = [
+        (
+            pp,
+            tp,
+            torch.load(
+                path / checkpoints.shard_name(pp, tp), map_location="cpu", weights_only=True
+            )["model"],
+        )
+        for pp in range(pipeline)
+        for tp in range(tensor)
+    ]
+    model = plan.training_config.model
+    builder = model.get_builder_cls()(model)
+    merged = builder.merge_state_dicts(shards, pipeline_size=pipeline, tensor_size=tensor)
+    return merged, int(meta["step"])
+
+
+def _load_newest_readable(
+    plan: Any, run_dir: Path, chosen: Path | None
+) -> tuple[torch.nn.Module, Path, int]:
+    if chosen is not None:
+        if not (chosen / checkpoints.META).is_file():
+            raise ConfigError(
+                "checkpoint",
+                str(chosen),
+                f"a complete checkpoint directory, e.g. {run_dir}/checkpoints/step_00000050",
+            )
+        candidates = [chosen]
+    else:
+        candidates = checkpoints.complete_checkpoints(run_dir / "checkpoints")
+        if not candidates:
+            raise EvaluationError(f"{run_dir} has no complete checkpoint in checkpoints/")
+    model = _build_model(plan)
+    problems = []
+    for path in candidates:
+        try:
+            state, step = _merged_state(plan, path)
+            model.load_state_dict(state, strict=True)
+            return model, path, step
+        except Exception as error:  # a truncated or foreign shard raises many types
+            problems.append(f"{path.name}: {type(error).__name__}: {error}")
+            print(f"warning: cannot load {path} ({problems[-1]}); trying the previous one",
+                  file=sys.stderr)  # fmt: skip
+    raise EvaluationError("no checkpoint can be loaded: " + "; ".join(problems))
+
+
+def _evaluate(plan: Any, model: torch.nn.Module) -> Evaluated:
+    """SpikingJelly's own validation (training.py `_evaluate`), also keeping predictions."""
+    from spikingjelly.activation_based import functional
+    from spikingjelly.activation_based.distributed.vision import training as sj_training
+    from spikingjelly.activation_based.distributed.vision.execution import (
+        _classification_loss,
+        _forward_classification,
+    )
+    from tqdm import tqdm
+
+    config = plan.training_config
+    _, loader, _, _ = sj_training._build_loaders(config, dp_size=1, dp_rank=0)
+    loss_function = sj_training._build_loss_function(config)
+    classes = config.model.num_classes
+    confusion = torch.zeros(classes, classes, dtype=torch.long)
+    totals = torch.zeros(3, dtype=torch.float64)
+    model.eval()
+    started = time.perf_counter()
+    with torch.inference_mode():
+        for images, targets in tqdm(loader, desc="eval", unit="batch", leave=False, disable=None):
+            logits = _forward_classification(
+                model, images, config.model.time_steps, config.model.step_mode,
+                config.input_layout,
+            )  # fmt: skip
+            loss = _classification_loss(logits, targets, loss_function)
+            predictions = logits.argmax(1)
+            totals[0] += loss.double() * targets.numel()
+            totals[1] += (predictions == targets).sum().double()
+            totals[2] += targets.numel()
+            confusion.index_put_((targets, predictions), torch.ones_like(targets), accumulate=True)
+            functional.reset_net(model)
+    seconds = time.perf_counter() - started
+    return Evaluated(
+        loss=(totals[0] / totals[2]).item(),
+        accuracy=(totals[1] / totals[2]).item(),
+        images=int(totals[2].item()),
+        seconds=seconds,
+        confusion=confusion,
+    )
+
+
+def _per_class(confusion: torch.Tensor) -> list[float | None]:
+    counts = confusion.sum(1)
+    return [(confusion[k, k] / counts[k]).item() if counts[k] else None for k in range(len(counts))]
+
+
+def _confusion_figure(confusion: torch.Tensor, path: Path, record: dict[str, Any]) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    classes = confusion.shape[0]
+    size = max(4.0, 0.45 * classes + 2)
+    figure, axes = plt.subplots(figsize=(size, size * 0.9))
+    shown = axes.imshow(confusion.numpy(), cmap="Blues")
+    figure.colorbar(shown, ax=axes, fraction=0.046)
+    if classes <= 20:
+        peak = int(confusion.max()) or 1
+        for true in range(classes):
+            for predicted in range(classes):
+                count = int(confusion[true, predicted])
+                if count:
+                    axes.text(predicted, true, str(count), ha="center", va="center", fontsize=7,
+                              color="white" if count > peak / 2 else "black")  # fmt: skip
+        axes.set_xticks(range(classes))
+        axes.set_yticks(range(classes))
+    axes.set_xlabel("predicted class")
+    axes.set_ylabel("true class")
+    axes.set_title(
+        f"{record['model']} step {record['step']}: accuracy {record['val_accuracy']:.3f}",
+        fontsize=9,
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

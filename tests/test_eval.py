@@ -1,0 +1,114 @@
+"""`experiments-eval`: a run's checkpoint evaluated from its own record.
+
+One tiny real run (6 steps, a checkpoint every 3) serves every test; the topology runs in
+test_topologies.py check that sharded (FSDP2 x TP, PP x DDP) checkpoints reproduce their
+run's final validation numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .conftest import run_cli, run_tool
+
+pytestmark = pytest.mark.slow
+
+RUN = [
+    "trainer.max_steps=6",
+    "trainer.checkpoint_interval=3",
+    "trainer.keep_checkpoints=3",
+    "data.val_size=128",
+    "model.time_steps=2",
+    "logger=none",
+]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("eval")
+    result = run_cli([*RUN, f"hydra.run.dir={root / 'run'}"], cwd=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root / "run"
+
+
+def evaluate(run_dir: Path, *args: str) -> tuple[int, str, str]:
+    result = run_tool("experiments-eval", [*map(str, args)], cwd=run_dir.parent)
+    return result.returncode, result.stdout, result.stderr
+
+
+@pytest.mark.smoke
+def test_eval_of_a_run_reproduces_its_final_validation_and_draws_the_confusion_matrix(
+    run_dir: Path,
+) -> None:
+    code, out, err = evaluate(run_dir, run_dir)
+    assert code == 0, err
+    record = json.loads((run_dir / "eval.json").read_text())
+    final = json.loads((run_dir / "summary.json").read_text())["metrics"]
+    assert record["step"] == 6
+    assert record["checkpoint"].endswith("step_00000006")
+    assert abs(record["val_accuracy"] - final["val_accuracy"]) <= 1e-6
+    assert abs(record["val_loss"] - final["val_loss"]) <= 1e-5 * final["val_loss"]
+    confusion = record["confusion_matrix"]
+    assert len(confusion) == 10 and sum(map(sum, confusion)) == record["images"] == 128
+    correct = sum(confusion[k][k] for k in range(10))
+    assert correct / 128 == pytest.approx(record["val_accuracy"])
+    assert record["images_per_second"] > 0
+    from matplotlib.image import imread
+
+    assert imread(run_dir / "eval_confusion.png").shape[0] > 200
+    assert "val_accuracy" in out and "eval.json" in out
+
+
+def test_a_checkpoint_path_evaluates_that_checkpoint_and_data_can_be_overridden(
+    run_dir: Path,
+) -> None:
+    older = run_dir / "checkpoints" / "step_00000003"
+    code, _, err = evaluate(run_dir, older, "data.val_size=32", "trainer.batch_size=16")
+    assert code == 0, err
+    record = json.loads((run_dir / "eval.json").read_text())
+    assert (record["step"], record["images"]) == (3, 32)
+    assert record["data"]["val_size"] == 32
+
+
+def test_an_unreadable_newest_checkpoint_falls_back_to_the_previous_one(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    shard = copy / "checkpoints" / "step_00000006" / "pp_0000_tp_0000.pt"
+    shard.write_bytes(shard.read_bytes()[:1000])  # a torn write
+    code, _, err = evaluate(copy, copy)
+    assert code == 0, err
+    assert "cannot load" in err and "step_00000006" in err
+    assert json.loads((copy / "eval.json").read_text())["step"] == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["model.depth=34"], "model.depth"),
+        (["data.colour=3"], "data.colour"),
+        (["val_size"], "val_size"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(
+    run_dir: Path, tmp_path: Path, args: list[str], named: str
+) -> None:
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("eval*"))
+    code, _, err = evaluate(copy, copy, *args)
+    assert code == 2
+    assert err.strip().count("\n") == 0 and err.startswith("error:") and named in err
+    assert "Traceback" not in err
+    assert not (copy / "eval.json").exists() and not (copy / "eval_confusion.png").exists()
+
+
+def test_a_path_that_is_not_a_run_is_refused(tmp_path: Path) -> None:
+    code, _, err = evaluate(tmp_path, tmp_path)
+    assert code == 2 and "a run directory made by experiments-train" in err
+    code, _, err = evaluate(tmp_path, tmp_path / "missing")
+    assert code == 2 and "run=" in err
