@@ -1,14 +1,16 @@
 """GAN engine: MMGen's train_model and DynamicIterBasedRunner, recorded like every run.
 
 Training is MMGen's: its recipe, builders, runner and hooks (checkpoint, logger, EMA where
-the recipe has one, sample grids). We add two hooks: CPU resume (mmgen_compat) and the run
-record (metrics.jsonl, TensorBoard), then MMGen's SWD and MS-SSIM on the run's data at the end
-(and, with model.eval_untrained=true, the same on the untrained generator before training).
+the recipe has one, sample grids). We add hooks: CPU resume (mmgen_compat), the run record
+(metrics.jsonl, TensorBoard), atomic checkpoint writes and a checkpoint on SIGTERM/SIGUSR2
+(hooks.py), then MMGen's SWD and MS-SSIM on the run's data at the end (and, with
+model.eval_untrained=true, the same on the untrained generator before training).
 
 On CPU ranks (gloo) train_model(distributed=True) cannot run: it moves the model to CUDA and
 its sampler seeds through a CUDA tensor. `_train_cpu_ddp` repeats train_model's few lines
 with the CPU-capable parts (torch's DistributedSampler, MMDistributedDataParallel without
-device ids, the recipe's dynamic-DDP runner); nothing in mmgen or mmcv is edited.
+device ids or MMGen's DDP wrapper on the CPU, per model.ddp: ddp.py); nothing in mmgen or mmcv
+is edited.
 """
 
 from __future__ import annotations
@@ -31,9 +33,12 @@ import torch.distributed as dist
 
 from experiments import distributed_env
 from experiments.data.image_files import DIGITS_FOLDER, ensure_digits_pngs
+from experiments.gan import ddp as gan_ddp
+from experiments.gan import hooks as gan_hooks
 from experiments.gan import mmgen_compat
 from experiments.gan.recipes import CHECKPOINT_DIRNAME, SAMPLES_DIRNAME
 from experiments.run.record import RunRecorder
+from experiments.run.stop import GracefulStop
 
 log = logging.getLogger("experiments.gan")
 CONFIG_FILE = "mmgen_config.py"  # the composed recipe, as MMGen's tools/train.py dumps it
@@ -199,6 +204,7 @@ def split_losses(log_vars: dict[str, Any]) -> dict[str, float]:
 def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
     mmgen_compat.import_mmgen()
     _register_record_hook()
+    gan_hooks.register()
     from mmgen.apis import set_random_seed, train_model
     from mmgen.datasets import build_dataset
     from mmgen.utils import get_root_logger
@@ -226,6 +232,7 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
         recorder.summary.update(start=how, start_checkpoint=str(checkpoint) if checkpoint else None)
         recorder.summary["ranks"] = placements  # where each rank ran
         recorder.summary["restarts"] = distributed_env.restarts(placements)
+        recorder.summary["ddp"] = gan_ddp.configured(cfg) if distributed else None
         if how == "auto_resume":
             recorder.summary["resumes"] = recorder.summary.get("resumes", 0) + 1
     hook_recorder = recorder if rank == 0 else RunRecorder(plan.run_dir, {}, enabled=False)
@@ -247,6 +254,13 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
         )
     elif how == "load_from":
         cfg.load_from = str(checkpoint)  # BaseRunner.load_checkpoint maps to the CPU itself
+    # Atomic checkpoint writes, and a checkpoint of the current iteration on SIGTERM/SIGUSR2
+    # (gan/hooks.py); the dumped recipe above keeps MMGen's own CheckpointHook.
+    cfg.checkpoint_config = dict(cfg.checkpoint_config, type=gan_hooks.CHECKPOINT_HOOK)
+    stop = GracefulStop().install()
+    cfg.custom_hooks.append(
+        dict(type=gan_hooks.STOP_HOOK, stop=stop, distributed=distributed, priority="LOWEST")
+    )
 
     timestamp = time.strftime("%Y%m%d_%H%M%S")
     log_file = str(plan.run_dir / f"{timestamp}.log") if rank == 0 else None
@@ -264,14 +278,18 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
         model.train()
     meta = dict(seed=cfg.seed, exp_name=plan.run_dir.resolve().name)
     started = time.perf_counter()
-    if distributed and plan.device == "cpu":
-        _train_cpu_ddp(model, dataset, cfg, timestamp, meta)
-    else:
-        train_model(
-            model, dataset, cfg, distributed=distributed, validate=False,
-            timestamp=timestamp, meta=meta,
-        )  # fmt: skip
+    try:
+        if distributed and plan.device == "cpu":
+            _train_cpu_ddp(model, dataset, cfg, timestamp, meta)
+        else:
+            train_model(
+                model, dataset, cfg, distributed=distributed, validate=False,
+                timestamp=timestamp, meta=meta,
+            )  # fmt: skip
+    finally:
+        stop.restore()
     wall = time.perf_counter() - started
+    gan_ddp.unwrap(model)  # model.ddp=static wrapped its parts in place
 
     replica_diff = _replica_max_diff(model) if distributed else None
     metrics: dict[str, Any] = {}
@@ -340,17 +358,18 @@ def _train_cpu_ddp(model: Any, dataset: Any, cfg: Any, timestamp: str, meta: dic
         collate_fn=partial(collate, samples_per_gpu=batch),
     )
     optimizer = build_optimizers(model, cfg.optimizer)
-    # The recipe's use_ddp_wrapper (one DDP per sub-module) pins CUDA device ids; the whole
-    # model under MMDistributedDataParallel with the dynamic-DDP runner is MMGen's other path.
-    ddp = MMDistributedDataParallel(
-        model,
-        broadcast_buffers=False,
-        find_unused_parameters=cfg.get("find_unused_parameters", False),
-    )
-    # mmcv 1.7.2's MMDDP forward (used by the sample hook) reads an attribute that torch 2.x
-    # DistributedDataParallel no longer sets.
-    ddp._use_replicated_tensor_module = False
-    runner_cfg = dict(cfg.runner, is_dynamic_ddp=True)
+    if cfg.get("use_ddp_wrapper", False):  # model.ddp=static: MMGen's wrapper, on the CPU
+        ddp = gan_ddp.cpu_wrapper(model)
+    else:  # model.ddp=dynamic: the whole model under one DDP, the runner passes its reducer
+        ddp = MMDistributedDataParallel(
+            model,
+            broadcast_buffers=False,
+            find_unused_parameters=cfg.get("find_unused_parameters", False),
+        )
+        # mmcv 1.7.2's MMDDP forward (used by the sample hook) reads an attribute that torch
+        # 2.x DistributedDataParallel no longer sets.
+        ddp._use_replicated_tensor_module = False
+    runner_cfg = dict(cfg.runner)
     runner = build_runner(
         runner_cfg,
         dict(

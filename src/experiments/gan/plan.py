@@ -15,6 +15,7 @@ from typing import Any
 from experiments import validation as check
 from experiments.data.image_files import gan_image_root
 from experiments.errors import ConfigError
+from experiments.gan import ddp as gan_ddp
 from experiments.gan.recipes import GANRecipe, build_config, build_model, configs_root
 from experiments.launchers import launcher_module
 from experiments.topology import Capabilities, ParallelDims, parallel_dims
@@ -67,6 +68,7 @@ class GANPlan:
             "device": self.device,
             "backend": self.backend,
             "world_size": self.dims.world_size,
+            "ddp": gan_ddp.configured(self.mmgen_config),
             "mesh": self.dims.as_dict(),
             "batch": {"per_rank": self.recipe.batch_size, "global": self.global_batch},
             "iters": self.recipe.iters,
@@ -99,7 +101,8 @@ class GANPlan:
             f"  data       {plan['data']} -> {self.image_root}, {self.recipe.scale}x"
             f"{self.recipe.scale}",
             f"  engine     MMGen train_model on {self.device} (backend {self.backend})",
-            f"  topology   {plan['topology']}: world size {self.dims.world_size}",
+            f"  topology   {plan['topology']}: world size {self.dims.world_size}"
+            + (f", {plan['ddp']} DDP (model.ddp)" if self.dims.world_size > 1 else ""),
             f"  batch      {self.recipe.batch_size} per rank, {self.global_batch} global; "
             f"{self.recipe.iters} iterations",
             f"  start      {start}",

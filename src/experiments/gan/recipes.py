@@ -16,6 +16,7 @@ from typing import Any
 
 from experiments import validation as check
 from experiments.errors import ConfigError
+from experiments.gan import ddp as gan_ddp
 
 FAMILY = "gan"
 RECIPE_KEYS = (
@@ -30,6 +31,7 @@ RECIPE_KEYS = (
     "num_samples",
     "eval_images",
     "eval_untrained",
+    "ddp",
     "cfg_options",
 )
 CHECKPOINT_DIRNAME = "ckpt"  # MMGen's: <work_dir>/ckpt/<basename of work_dir>/iter_N.pth
@@ -55,6 +57,7 @@ class GANRecipe:
     eval_images: int
     cfg_options: dict[str, Any]
     eval_untrained: bool = False
+    ddp: str | None = None  # dynamic | static (gan/ddp.py); None: what the recipe file says
 
     @classmethod
     def from_values(cls, values: dict[str, Any]) -> GANRecipe:
@@ -96,6 +99,7 @@ class GANRecipe:
             eval_images=check.integer(values.get("eval_images"), "model.eval_images", minimum=0),
             cfg_options=flatten(options),
             eval_untrained=_boolean(values.get("eval_untrained", False), "model.eval_untrained"),
+            ddp=None if values.get("ddp") is None else gan_ddp.mode(values["ddp"]),
         )
 
 
@@ -207,6 +211,7 @@ def build_config(
     cfg.gpu_ids = [0]  # train_model: batch = len(gpu_ids) x samples_per_gpu on one process
     cfg.resume_from = None
     cfg.load_from = None
+    gan_ddp.configure(cfg, recipe.ddp, recipe.recipe)  # model.ddp: MMGen's keys for it
     if recipe.cfg_options:
         cfg.merge_from_dict(recipe.cfg_options)
     return cfg

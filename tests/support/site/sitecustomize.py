@@ -14,6 +14,11 @@ a machine where they are not installed.
 
 EXPERIMENTS_TEST_KILL_POINT=NAME: the run whose directory is named NAME (a sweep point, e.g.
 "1") SIGKILLs itself when it saves its first checkpoint: a point that crashes hard.
+
+EXPERIMENTS_TEST_KILL_DURING_GAN_SAVE=N: the process writing a GAN checkpoint of iteration N
+(MMGen's torch.save into a file named iter_N.pth, under whatever temporary name) writes half
+of it, syncs it and SIGKILLs itself: a crash in the middle of a checkpoint write. Under
+torchrun only in the first round (TORCHELASTIC_RESTART_COUNT 0): the restarted ranks go on.
 """
 
 import os
@@ -118,3 +123,40 @@ def _hide(names: set[str]) -> None:
 
 if _HIDE:
     _hide(set(_HIDE.split(",")))
+
+
+_KILL_DURING_GAN_SAVE = os.environ.get("EXPERIMENTS_TEST_KILL_DURING_GAN_SAVE")
+
+
+def _kill_during_gan_save(iteration: str) -> None:
+    import functools
+    import io
+    import signal
+
+    import torch
+
+    original = torch.save
+    target = f"iter_{iteration}.pth"
+
+    @functools.wraps(original)
+    def save(obj, f, *args, **kwargs):
+        name = os.path.basename(str(getattr(f, "name", f)))
+        if target not in name or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+            return original(obj, f, *args, **kwargs)
+        buffer = io.BytesIO()
+        original(obj, buffer, *args, **kwargs)
+        data = buffer.getvalue()
+        if hasattr(f, "write"):
+            f.write(data[: len(data) // 2])
+            f.flush()
+            os.fsync(f.fileno())
+        else:
+            with open(f, "wb") as handle:
+                handle.write(data[: len(data) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    torch.save = save
+
+
+if _KILL_DURING_GAN_SAVE:
+    _kill_during_gan_save(_KILL_DURING_GAN_SAVE)

@@ -1,0 +1,151 @@
+"""mmcv hooks of ours for GAN runs, registered in mmcv's HOOKS (nothing in mmcv is edited).
+
+- ExperimentsCheckpointHook: mmcv's CheckpointHook (interval, max_keep_ckpts, latest.pth,
+  hook_msgs) whose writes are atomic. MMGen's save_checkpoint opens `iter_N.pth` and pickles
+  into it, so a crash mid-write (OOM kill, node failure, SIGKILL at a time limit) left a
+  truncated `iter_N.pth` under the name a resume looks for. Here MMGen writes the file under a
+  hidden temporary name in the same folder, which is synced and renamed to `iter_N.pth` when
+  complete: an `iter_N.pth` is always whole.
+- ExperimentsStopHook: Slurm's SIGTERM (requeue, scancel, preemption) or submitit's SIGUSR2
+  (time limit) stops the run after the current iteration with a checkpoint of that iteration,
+  then hands over to submitit (run/stop.py GracefulStop, as the SNN engine does): the
+  requeued or re-run job resumes there instead of at the last periodic checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from experiments.run.stop import GracefulStop
+
+log = logging.getLogger("experiments.gan")
+CHECKPOINT_HOOK = "ExperimentsCheckpointHook"
+STOP_HOOK = "ExperimentsStopHook"
+PARTIAL_SUFFIX = ".partial"  # hidden `.iter_N.pth.partial` while MMGen writes it
+
+
+def partial_name(filename: str) -> str:
+    return f".{filename}{PARTIAL_SUFFIX}"
+
+
+def register() -> None:
+    """Idempotent; call after mmgen is imported (engine.train does)."""
+    from mmcv.runner import HOOKS
+
+    if CHECKPOINT_HOOK not in HOOKS.module_dict:
+        HOOKS.register_module(name=CHECKPOINT_HOOK, module=_checkpoint_hook())
+    if STOP_HOOK not in HOOKS.module_dict:
+        HOOKS.register_module(name=STOP_HOOK, module=_stop_hook())
+
+
+def _checkpoint_hook() -> type:
+    import mmcv
+    from mmcv.runner import CheckpointHook
+    from mmcv.runner.dist_utils import master_only
+
+    class ExperimentsCheckpointHook(CheckpointHook):
+        """mmcv's CheckpointHook with atomic writes (see the module docstring). `saved_iter`
+        is the last iteration it saved (the stop hook does not save it twice)."""
+
+        saved_iter = 0
+
+        def before_run(self, runner: Any) -> None:
+            super().before_run(runner)
+            # A write cut short by a crash of an earlier launch: never a checkpoint.
+            for stale in Path(self.out_dir).glob(partial_name("*")):
+                stale.unlink(missing_ok=True)
+
+        def after_train_iter(self, runner: Any) -> None:
+            super().after_train_iter(runner)
+            if self.every_n_iters(runner, self.interval) or (
+                self.save_last and self.is_last_iter(runner)
+            ):
+                self.saved_iter = runner.iter + 1
+
+        def save_now(self, runner: Any) -> None:
+            """A checkpoint of the current iteration, outside the interval (rank 0 writes)."""
+            self._save_checkpoint(runner)
+            self.saved_iter = runner.iter + 1
+
+        @master_only
+        def _save_checkpoint(self, runner: Any) -> None:
+            # mmcv's method (the save, hook_msgs, max_keep_ckpts), with the runner's
+            # save_checkpoint made atomic for the duration of the call.
+            runner.save_checkpoint = _atomic(runner.save_checkpoint, runner)
+            try:
+                super()._save_checkpoint(runner)
+            finally:
+                del runner.save_checkpoint  # the class's method again
+
+    def _atomic(save: Any, runner: Any) -> Any:
+        def save_checkpoint(
+            out_dir: str,
+            filename_tmpl: str = "iter_{}.pth",
+            create_symlink: bool = True,
+            **kwargs: Any,
+        ) -> None:
+            filename = filename_tmpl.format(runner.iter + 1)
+            hidden = partial_name(filename)
+            # MMGen formats the template with the iteration: braces of the name are literal.
+            literal = hidden.replace("{", "{{").replace("}", "}}")
+            save(out_dir, filename_tmpl=literal, create_symlink=False, **kwargs)
+            temporary, final = Path(out_dir) / hidden, Path(out_dir) / filename
+            with open(temporary, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.replace(temporary, final)
+            if create_symlink:
+                mmcv.symlink(filename, str(Path(out_dir) / "latest.pth"))
+
+        return save_checkpoint
+
+    return ExperimentsCheckpointHook
+
+
+def _stop_hook() -> type:
+    from mmcv.runner import Hook
+
+    class ExperimentsStopHook(Hook):
+        """After each iteration (lowest priority: the iteration is recorded and any periodic
+        checkpoint written), the ranks agree whether any got SIGTERM/SIGUSR2; if so rank 0
+        saves this iteration (unless the checkpoint hook just did), all ranks wait for it,
+        and GracefulStop hands the signal over (submitit requeues on SIGUSR2) and exits."""
+
+        def __init__(self, stop: GracefulStop, distributed: bool) -> None:
+            self.stop = stop  # installed by the engine before training starts
+            self.distributed = distributed
+
+        def _any_rank(self, flag: bool) -> bool:
+            if not self.distributed:
+                return flag
+            import torch
+            import torch.distributed as dist
+
+            value = torch.tensor([1 if flag else 0], dtype=torch.int32)
+            dist.all_reduce(value, op=dist.ReduceOp.MAX)
+            return bool(value.item())
+
+        def after_train_iter(self, runner: Any) -> None:
+            if not self.stop.requested(self._any_rank):
+                return
+            done = runner.iter + 1
+            checkpoint = next(
+                (h for h in runner.hooks if type(h).__name__ == CHECKPOINT_HOOK), None
+            )
+            if checkpoint is not None and checkpoint.saved_iter != done:
+                checkpoint.save_now(runner)
+            if self.distributed:
+                import torch.distributed as dist
+
+                dist.barrier()  # rank 0's checkpoint is on disk before any rank exits
+            log.warning(
+                "stopping at iteration %d on signal %s; checkpoint saved",
+                done,
+                signal.Signals(self.stop.received).name if self.stop.received else "of a peer",
+            )
+            self.stop.hand_over()
+
+    return ExperimentsStopHook

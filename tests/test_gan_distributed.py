@@ -1,0 +1,231 @@
+"""Distributed GAN training and stops that lose nothing: model.ddp=dynamic|static on 2 CPU
+ranks, a SIGKILLed rank restarted by torchrun, SIGTERM handled at an iteration boundary, and
+atomic checkpoint writes. Real processes throughout: the CLI, torchrun, signals, SIGKILL.
+
+Budget: four tiny runs (two of them 2-rank torchrun runs). Every failure is injected from
+outside the package: a signal from the test, or the test-only sitecustomize in
+tests/support/site (EXPERIMENTS_TEST_KILL_DURING_GAN_SAVE).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from experiments.errors import ConfigError
+from experiments.gan import ddp as gan_ddp
+
+from .conftest import CLI, REPO, cli_env, plan_for, read_jsonl, run_cli
+from .support import processes
+
+pytestmark = pytest.mark.gan
+
+SITE = str(REPO / "tests" / "support" / "site")  # test-only fault injection (sitecustomize)
+TWO_RANKS = ["topology=ddp", "launcher=torchrun", "launcher.nproc_per_node=2"]
+TINY = [
+    "model=dcgan",
+    "model.batch_size=16",
+    "model.log_interval=1",
+    "model.checkpoint_interval=2",
+    "model.sample_interval=1000",
+    "model.num_samples=16",
+    "model.eval_images=0",  # no quality metric is read here
+]
+
+
+def _summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def _checkpoints(run_dir: Path) -> Path:
+    return run_dir / "ckpt" / run_dir.name
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def _steps(run_dir: Path) -> list[int]:
+    return [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")]
+
+
+def _loads(path: Path) -> bool:
+    try:
+        torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:
+        return False
+    return True
+
+
+def _run(args: list[str], run_dir: Path, env: dict | None = None, timeout: float = 300):
+    return run_cli(
+        [*args, f"hydra.run.dir={run_dir}"], cwd=run_dir.parent, env=env, timeout=timeout
+    )
+
+
+def _with_site(**switches: str) -> dict[str, str]:
+    path = os.pathsep.join(filter(None, [SITE, os.environ.get("PYTHONPATH")]))
+    return {"PYTHONPATH": path, **switches}
+
+
+# ---------------------------------------------------------------- planning (no process)
+
+
+@pytest.mark.parametrize(
+    ("model", "ddp", "wrapper", "dynamic_runner"),
+    [("dcgan", "dynamic", False, True), ("lsgan", "static", True, False)],
+)
+def test_each_recipe_defaults_to_its_own_ddp_and_model_ddp_switches_it(
+    model: str, ddp: str, wrapper: bool, dynamic_runner: bool
+) -> None:
+    """MMGen's DCGAN recipe inherits the dynamic-DDP runner; its LSGAN recipe asks for the DDP
+    wrapper. Our yaml defaults are the recipes' own; model.ddp writes MMGen's keys."""
+    plan = plan_for([f"model={model}", *TWO_RANKS])
+    cfg = plan.mmgen_config
+    assert plan.as_dict()["ddp"] == ddp
+    assert bool(cfg.get("use_ddp_wrapper")) == wrapper
+    assert cfg.runner.is_dynamic_ddp == dynamic_runner
+    assert f"{ddp} DDP (model.ddp)" in plan.as_text()
+    other = "static" if ddp == "dynamic" else "dynamic"
+    cfg = plan_for([f"model={model}", f"model.ddp={other}", *TWO_RANKS]).mmgen_config
+    assert bool(cfg.use_ddp_wrapper) != wrapper
+    assert cfg.runner.is_dynamic_ddp != dynamic_runner
+    # static: a fixed set of parameters per DDP; dynamic: the reducer finds them per backward
+    assert cfg.find_unused_parameters == (other == "dynamic")
+
+
+def test_static_ddp_is_refused_for_a_dynamic_architecture() -> None:
+    """PGGAN grows its networks stage by stage: the static wrapper cannot follow it."""
+    pggan = "model.recipe=pggan/pggan_celeba-cropped_128_g8_12Mimgs.py"
+    with pytest.raises(ConfigError) as error:
+        plan_for(["model=dcgan", pggan, "model.ddp=static", *TWO_RANKS])
+    assert (error.value.key, error.value.value) == ("model.ddp", "static")
+    message = str(error.value)
+    assert "dynamic for pggan/" in message  # the valid choice
+    assert "ProgressiveGrowingGAN grows its generator and discriminator" in message  # why
+    # By MMGen's class hierarchy: StyleGANv1 grows like PGGAN; the DCGAN family and the
+    # class-conditional BigGAN/SNGAN model do not.
+    assert gan_ddp.dynamic_reason("StyleGANV1").startswith("StyleGANV1 grows its generator")
+    assert gan_ddp.dynamic_reason("StaticUnconditionalGAN") is None
+    assert gan_ddp.dynamic_reason("BasiccGAN") is None
+    with pytest.raises(ConfigError) as error:
+        plan_for(["model=dcgan", "model.ddp=sometimes"])
+    assert error.value.key == "model.ddp" and "dynamic" in str(error.value)
+
+
+# ---------------------------------------------------------------- real runs
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_static_ddp_on_two_cpu_ranks_keeps_the_replicas_identical(tmp_path: Path) -> None:
+    """MMGen's DDP wrapper (one DDP per generator and discriminator) on gloo ranks that read
+    different batches (DistributedSampler): after training every parameter equals rank 0's."""
+    run_dir = tmp_path / "run"
+    result = _run([*TINY, "model.iters=4", "model.ddp=static", *TWO_RANKS], run_dir)
+    assert result.returncode == 0, result.stderr[-4000:]
+    summary = _summary(run_dir)
+    assert (summary["status"], summary["world_size"], summary["ddp"]) == ("completed", 2, "static")
+    assert summary["metrics"]["replica_max_diff"] == 0.0
+    assert _steps(run_dir) == [1, 2, 3, 4]
+    cfg = (run_dir / "mmgen_config.py").read_text().replace(" ", "")
+    assert "use_ddp_wrapper=True" in cfg and "is_dynamic_ddp=False" in cfg
+    # The wrapper does not leak into checkpoints: the same keys as a dynamic run's, so either
+    # way resumes the other's checkpoints.
+    state = torch.load(_checkpoints(run_dir) / "iter_4.pth", weights_only=True)["state_dict"]
+    assert not [key for key in state if ".module." in key or key.startswith("module.")]
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_a_rank_killed_mid_checkpoint_restarts_and_resumes_from_the_newest_readable_one(
+    tmp_path: Path,
+) -> None:
+    """Dynamic DDP (dcgan's default), launcher.max_restarts=1. Rank 0 is SIGKILLed half-way
+    through writing iter_4.pth (first torchrun round only); torchrun restarts both ranks, which
+    resume from iter_2.pth, the newest readable checkpoint, and finish in step."""
+    run_dir = tmp_path / "run"
+    result = _run(
+        [*TINY, "model.iters=6", *TWO_RANKS, "launcher.max_restarts=1",
+         "launcher.monitor_interval=1"],
+        run_dir,
+        env=_with_site(EXPERIMENTS_TEST_KILL_DURING_GAN_SAVE="4"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    summary = _summary(run_dir)
+    assert (summary["status"], summary["ddp"], summary["restarts"]) == ("completed", "dynamic", 1)
+    assert (summary["start"], summary["resumes"]) == ("auto_resume", 1)
+    assert summary["start_checkpoint"] == str(_checkpoints(run_dir) / "iter_2.pth")
+    assert summary["metrics"]["replica_max_diff"] == 0.0
+    assert _steps(run_dir) == [1, 2, 3, 4, 5, 6]  # one record per iteration across the kill
+    folder = _checkpoints(run_dir)
+    assert _names(folder) == ["iter_2.pth", "iter_4.pth", "iter_6.pth", "latest.pth"]
+    assert all(_loads(folder / name) for name in ("iter_2.pth", "iter_4.pth", "iter_6.pth"))
+    # The torn write never carried a checkpoint's name: the restarted ranks skipped nothing.
+    logs = "".join(p.read_text() for p in run_dir.glob("train_rank*.log"))
+    assert "skipping unreadable checkpoint" not in logs
+
+
+@pytest.mark.slow
+def test_a_checkpoint_write_killed_midway_leaves_no_truncated_checkpoint(tmp_path: Path) -> None:
+    from experiments.gan.engine import latest_checkpoint
+
+    run_dir = tmp_path / "run"
+    result = _run(
+        [*TINY, "model.iters=6"], run_dir, env=_with_site(EXPERIMENTS_TEST_KILL_DURING_GAN_SAVE="4")
+    )
+    assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+    folder = _checkpoints(run_dir)
+    # MMGen wrote half of iteration 4's file, under its temporary name only.
+    assert _names(folder) == [".iter_4.pth.partial", "iter_2.pth", "latest.pth"]
+    torn = folder / ".iter_4.pth.partial"
+    assert 0 < torn.stat().st_size < (folder / "iter_2.pth").stat().st_size
+    assert not _loads(torn)
+    assert os.readlink(folder / "latest.pth") == "iter_2.pth"
+    assert latest_checkpoint(run_dir) == folder / "iter_2.pth"  # what a rerun resumes from
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_the_current_iteration_and_the_rerun_resumes_there(
+    tmp_path: Path,
+) -> None:
+    """Slurm's SIGTERM (requeue, scancel, preemption) mid-training. The checkpoint interval is
+    longer than the run, so before this change the rerun started over."""
+    run_dir = tmp_path / "run"
+    iters = 30
+    args = [*TINY, f"model.iters={iters}", "model.checkpoint_interval=1000"]
+    stderr_path = tmp_path / "run.stderr"
+    with open(stderr_path, "w") as stderr:
+        proc = processes.spawn(
+            [CLI, *args, f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=cli_env(), stderr=stderr
+        )
+    deadline = time.time() + 240
+    while not ((run_dir / "metrics.jsonl").exists() and len(_steps(run_dir)) >= 2):
+        assert proc.poll() is None, stderr_path.read_text()[-3000:]
+        assert time.time() < deadline, "no second iteration in 240 s"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 128 + signal.SIGTERM, stderr_path.read_text()[-3000:]
+
+    stopped = _steps(run_dir)[-1]
+    assert 2 <= stopped < iters
+    summary = _summary(run_dir)
+    assert summary["status"] == "interrupted"
+    assert "stopped on signal SIGTERM after a checkpoint" in summary["interrupted"]
+    assert _names(_checkpoints(run_dir)) == [f"iter_{stopped}.pth", "latest.pth"]
+
+    result = _run(args, run_dir)  # the same command again (resume=auto)
+    assert result.returncode == 0, result.stderr[-4000:]
+    summary = _summary(run_dir)
+    assert (summary["status"], summary["start"]) == ("completed", "auto_resume")
+    assert summary["start_checkpoint"] == str(_checkpoints(run_dir) / f"iter_{stopped}.pth")
+    assert _steps(run_dir) == list(range(1, iters + 1))  # nothing lost, nothing twice
+    logs = sorted(run_dir.glob("*.log.json"))
+    resumed = [r["iter"] for r in read_jsonl(logs[-1]) if r.get("mode") == "train"]
+    assert resumed == list(range(stopped + 1, iters + 1))  # MMGen's own log of the rerun
