@@ -274,6 +274,10 @@ def _engine(name: str) -> Any:
         from experiments.snn.engines import spikingjelly as snn_spikingjelly
 
         return snn_spikingjelly
+    if name == "classify":
+        from experiments.snn.engines import classify as snn_classify
+
+        return snn_classify
     from experiments.snn.engines import cpu as snn_cpu
 
     return snn_cpu
@@ -345,7 +349,8 @@ def _report(plan: RunPlan, summary: dict[str, Any], logger: dict[str, Any]) -> N
         f"world size {summary['world_size']})\n"
         f"  val_accuracy  {metrics['val_accuracy']:.4f}\n"
         f"  val_loss      {metrics['val_loss']:.4f}\n"
-        f"  train_loss    {metrics['train_loss']:.4f} (last step)\n"
+        f"  train_loss    {metrics['train_loss']:.4f} "
+        f"({'last epoch mean' if plan.engine == 'classify' else 'last step'})\n"
         f"  images/s      {metrics['images_per_second']:.1f}\n"
         + _profile_line(metrics)
         + f"  run directory {plan.run_dir.resolve()}"

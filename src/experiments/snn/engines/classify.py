@@ -1,0 +1,663 @@
+"""`trainer=classify`: SpikingJelly's classic `train_classify.Trainer` as the second SNN engine.
+
+SpikingJelly's training guide keeps two surfaces apart: `distributed.vision` (the topology
+contracts; our default engines) and the torchvision-reference `Trainer` "for quick
+single-node or legacy DDP image training", customised by subclassing. This module is that
+subclass, and nothing more than the seams it offers:
+
+- its arguments come from its own `get_args_parser()`, filled from our groups (planning
+  parses them, so a value it would reject is refused before launch);
+- `load_ImageNet` is replaced by our data group's builder, `load_model` builds the model from
+  the composed ModelConfig's builder exactly as the CPU engine does, `set_optimizer` builds
+  our optimizer group's class;
+- `preprocess_*_sample` make the time dimension ([N,C,H,W] repeated T times, or an
+  [N,T,C,H,W] sequence moved time-first), `process_model_output` reads out the mean over T;
+- `train_one_epoch` / `evaluate` call the library's and record what they return.
+
+On CPU ranks its DDP path needs two things it hard-codes for CUDA (NCCL in
+`utils.init_distributed_mode`, `device_ids=[args.gpu]`): both are swapped for the duration
+of `Trainer.main` in this process only (`_cpu_ranks`), never on disk.
+
+Checkpoints are the Trainer's own: `<run>/checkpoints/pt/classify/checkpoint_latest.pth`
+(+ `checkpoint_<epoch>.pth`, `checkpoint_max_test_acc1.pth`); `load_checkpoint` reads one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from experiments import validation as check
+from experiments.errors import ConfigError
+
+NAME = "classify"
+CHECKPOINTS = "checkpoints"  # <run>/checkpoints: the Trainer's --output-dir
+TB_NAME = "classify"  # the Trainer's log-dir name: events in <output>/classify, .pth in pt/classify
+LATEST = "checkpoint_latest.pth"
+LR_SCHEDULERS = ("step", "cosa", "exp")
+WARMUP_METHODS = ("linear", "constant")
+PRECISIONS = ("fp32", "amp")
+EXECUTION_MODES = ("eager", "compile", "cuda_graph")
+DEVICES = ("auto", "cpu", "cuda")
+# Our optimizer classes under the Trainer's --opt names (recorded in its args; the optimizer
+# itself is built from our group by set_optimizer, with every argument the group gives).
+OPT_NAMES = {
+    "torch.optim.SGD": "sgd",
+    "torch.optim.AdamW": "adamw",
+    "torch.optim.RMSprop": "rmsprop",
+}
+# What the default trainer's keys mean for the shared parts of the plan (TrainingConfig):
+# the classic Trainer has no step limit, step-interval checkpoints or memopt.
+NEUTRAL_KEYS = {
+    "max_steps": None,
+    "checkpoint_interval": 0,
+    "keep_checkpoints": 1,
+    "log_every_n_steps": 1,
+    "profile_steps": 0,
+    "engine": NAME,
+    "memopt_level": 0,
+    "scheduler": None,
+    "scheduler_kwargs": {},
+}
+
+
+def is_classify(trainer: dict[str, Any]) -> bool:
+    return trainer.get("name") == NAME
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def check_keys(trainer: dict[str, Any]) -> dict[str, Any]:
+    """Types and choices of trainer=classify's own keys; returns the trainer dict with the
+    default trainer's keys set to what the Trainer does (for the shared plan code)."""
+    check.choice(trainer["name"], "trainer.name", (NAME,))
+    check.choice(trainer["device"], "trainer.device", DEVICES)
+    check.integer(trainer["epochs"], "trainer.epochs", minimum=1)
+    check.integer(trainer["batch_size"], "trainer.batch_size", minimum=1)
+    check.integer(trainer["workers"], "trainer.workers", minimum=0)
+    for key in ("label_smoothing", "mixup_alpha", "cutmix_alpha", "lr_warmup_decay", "lr_gamma"):
+        check.non_negative_number(trainer[key], f"trainer.{key}")
+    if trainer["label_smoothing"] >= 1:
+        raise ConfigError("trainer.label_smoothing", trainer["label_smoothing"], "from 0 to < 1")
+    check.choice(trainer["lr_scheduler"], "trainer.lr_scheduler", LR_SCHEDULERS)
+    check.integer(trainer["lr_step_size"], "trainer.lr_step_size", minimum=1)
+    check.integer(trainer["lr_warmup_epochs"], "trainer.lr_warmup_epochs", minimum=0)
+    check.choice(trainer["lr_warmup_method"], "trainer.lr_warmup_method", WARMUP_METHODS)
+    if trainer["lr_scheduler"] == "cosa" and trainer["lr_warmup_epochs"] >= trainer["epochs"]:
+        raise ConfigError(
+            "trainer.lr_warmup_epochs",
+            trainer["lr_warmup_epochs"],
+            f"below trainer.epochs={trainer['epochs']}: lr_scheduler=cosa anneals over the "
+            "epochs after the warm-up",
+        )
+    if trainer["norm_weight_decay"] is not None:
+        check.non_negative_number(trainer["norm_weight_decay"], "trainer.norm_weight_decay")
+    if trainer["clip_grad_norm"] is not None:
+        check.positive_number(trainer["clip_grad_norm"], "trainer.clip_grad_norm")
+    for key in ("model_ema", "sync_bn", "test_only", "deterministic"):
+        if not isinstance(trainer[key], bool):
+            raise ConfigError(f"trainer.{key}", trainer[key], "true or false")
+    check.integer(trainer["model_ema_steps"], "trainer.model_ema_steps", minimum=1)
+    decay = trainer["model_ema_decay"]
+    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 < decay < 1:
+        raise ConfigError("trainer.model_ema_decay", decay, "a number between 0 and 1, e.g. 0.999")
+    check.choice(trainer["precision"], "trainer.precision", PRECISIONS)
+    check.choice(trainer["execution_mode"], "trainer.execution_mode", EXECUTION_MODES)
+    return {**trainer, **NEUTRAL_KEYS}
+
+
+def training_view(trainer: dict[str, Any]) -> dict[str, Any]:
+    """The keys SpikingJelly's TrainingConfig (the plan's description of model, data, batch
+    and optimizer) takes: the Trainer's AMP and CUDA graphs are its own, not the config's."""
+    return {**trainer, "precision": "fp32", "execution_mode": "eager"}
+
+
+def check_run(
+    trainer: dict[str, Any],
+    *,
+    dims: Any,
+    has_cuda: bool,
+    launcher: str,
+    data: dict[str, Any],
+    step_mode: str,
+    input_layout: str,
+) -> str:
+    """What the Trainer can run here; returns the device ("cpu" or "cuda")."""
+    if (
+        dims.tensor_parallel_size > 1
+        or dims.pipeline_parallel_size > 1
+        or (dims.data_parallel == "fsdp2" and dims.data_parallel_size > 1)
+    ):
+        raise ConfigError(
+            "topology",
+            dims.describe(),
+            "single or ddp: the classic Trainer wraps the whole model in DDP; FSDP2, channel TP "
+            "and pipeline stages are SpikingJelly's distributed.vision topologies (the default "
+            "trainer=default runs them)",
+        )
+    device = trainer["device"]
+    if device == "auto":
+        device = "cuda" if has_cuda else "cpu"
+    if device == "cuda" and not has_cuda:
+        where = "launcher.gpus_per_node is 0" if launcher == "slurm" else "this machine has none"
+        raise ConfigError("trainer.device", "cuda", f"cpu or auto: CUDA is needed but {where}")
+    if device == "cpu":
+        for key, value, default in (
+            ("precision", trainer["precision"], "fp32"),
+            ("execution_mode", trainer["execution_mode"], "eager"),
+        ):
+            if value == default or (key == "execution_mode" and value == "compile"):
+                continue
+            raise ConfigError(
+                f"trainer.{key}", value, f"{default} on CPU: the Trainer's {value} needs CUDA"
+            )
+    if trainer["execution_mode"] == "cuda_graph" and dims.world_size > 1:
+        raise ConfigError(
+            "trainer.execution_mode",
+            "cuda_graph",
+            "eager or compile: the Trainer captures CUDA graphs in a single process only",
+        )
+    if trainer["sync_bn"]:
+        if dims.world_size == 1:
+            raise ConfigError(
+                "trainer.sync_bn",
+                True,
+                "false on one process: SyncBatchNorm needs DDP ranks (topology=ddp, "
+                "launcher=torchrun)",
+            )
+        if device == "cpu":
+            raise ConfigError(
+                "trainer.sync_bn",
+                True,
+                "false on CPU ranks: torch's SyncBatchNorm synchronises CUDA tensors only",
+            )
+    if step_mode != "m":
+        raise ConfigError(
+            "model.step_mode",
+            step_mode,
+            "m: the classic Trainer calls the model once on the whole [T, N, C, H, W] sequence",
+        )
+    if input_layout != "NCHW":
+        for key in ("mixup_alpha", "cutmix_alpha"):
+            if trainer[key]:
+                raise ConfigError(
+                    f"trainer.{key}",
+                    trainer[key],
+                    f"0: the Trainer's RandomMixup/RandomCutmix take [N, C, H, W] images, and "
+                    f"data={data['name']} yields [N, T, C, H, W] sequences",
+                )
+    return device
+
+
+def check_extension(trainer: dict[str, Any], extensions: list[str]) -> None:
+    """More epochs on a recorded run resume the Trainer's scheduler as saved: a cosine
+    schedule has annealed to lr 0 at its old end and would train every added epoch at 0."""
+    raised = [e for e in extensions if e.startswith("trainer.epochs:")]
+    if raised and trainer["lr_scheduler"] == "cosa":
+        raise ConfigError(
+            "trainer.epochs",
+            trainer["epochs"],
+            f"the recorded epochs ({raised[0].split(': ', 1)[1]}): the Trainer resumes its "
+            "cosine schedule as saved, which ended at lr 0; train a new run (another "
+            "hydra.run.dir), or extend a run trained with trainer.lr_scheduler=step or exp",
+        )
+
+
+def arguments(
+    trainer: dict[str, Any],
+    *,
+    device: str,
+    optimizer: str,
+    optimizer_kwargs: dict[str, Any],
+    seed: int,
+    run_dir: Path,
+    model: str,
+) -> list[str]:
+    """The Trainer's command line for this run. Parsed here by its own parser, so an argument
+    it would refuse is a ConfigError before launch. `--resume` is added at run time (which
+    checkpoint exists then)."""
+    argv = [
+        f"--model={model}",
+        f"--device={device}",
+        f"--batch-size={trainer['batch_size']}",
+        f"--epochs={trainer['epochs']}",
+        f"--workers={trainer['workers']}",
+        f"--opt={OPT_NAMES.get(optimizer, optimizer.rsplit('.', 1)[-1].lower())}",
+        f"--lr={optimizer_kwargs['lr']}",
+        f"--momentum={optimizer_kwargs.get('momentum', 0.0)}",
+        f"--weight-decay={optimizer_kwargs.get('weight_decay', 0.0)}",
+        f"--label-smoothing={trainer['label_smoothing']}",
+        f"--mixup-alpha={trainer['mixup_alpha']}",
+        f"--cutmix-alpha={trainer['cutmix_alpha']}",
+        f"--lr-scheduler={trainer['lr_scheduler']}",
+        f"--lr-warmup-epochs={trainer['lr_warmup_epochs']}",
+        f"--lr-warmup-method={trainer['lr_warmup_method']}",
+        f"--lr-warmup-decay={trainer['lr_warmup_decay']}",
+        f"--lr-step-size={trainer['lr_step_size']}",
+        f"--lr-gamma={trainer['lr_gamma']}",
+        f"--model-ema-steps={trainer['model_ema_steps']}",
+        f"--model-ema-decay={trainer['model_ema_decay']}",
+        f"--execution-mode={trainer['execution_mode']}",
+        f"--seed={seed}",
+        f"--output-dir={run_dir / CHECKPOINTS}",
+    ]
+    if trainer["norm_weight_decay"] is not None:
+        argv.append(f"--norm-weight-decay={trainer['norm_weight_decay']}")
+    if trainer["clip_grad_norm"] is not None:
+        argv.append(f"--clip-grad-norm={trainer['clip_grad_norm']}")
+    flags = {
+        "--model-ema": trainer["model_ema"],
+        "--sync-bn": trainer["sync_bn"],
+        "--test-only": trainer["test_only"],
+        "--disable-amp": trainer["precision"] != "amp",
+        "--disable-uda": not trainer["deterministic"],
+        "--disable-pinmemory": device == "cpu",  # nothing to pin on CPU ranks
+    }
+    argv += [flag for flag, on in flags.items() if on]
+    parse_arguments(argv)
+    return argv
+
+
+def parse_arguments(argv: list[str]) -> argparse.Namespace:
+    from spikingjelly.activation_based.examples.common import train_classify
+
+    parser = train_classify.Trainer().get_args_parser(add_help=False)
+    parser.exit_on_error = False
+    try:
+        return parser.parse_args(argv)
+    except (argparse.ArgumentError, SystemExit) as error:
+        raise ConfigError(
+            "trainer", " ".join(argv), f"the Trainer's get_args_parser() rejects it: {error}"
+        ) from None
+
+
+def check_resume(value: Any, test_only: Any) -> None:
+    """resume=<path>: a .pth the Trainer wrote, or a run / checkpoints directory holding one.
+    test_only evaluates such a checkpoint: without one it would score a random model."""
+    if value is None or value == "auto":
+        if test_only is True:
+            raise ConfigError(
+                "resume",
+                value,
+                "a trained checkpoint with trainer.test_only=true, e.g. resume=<run dir> of a "
+                "trainer=classify run (test_only evaluates it instead of training)",
+            )
+        return
+    if not isinstance(value, str) or resume_file(Path(value)) is None:
+        raise ConfigError(
+            "resume",
+            value,
+            f"auto, null, or a checkpoint of trainer=classify (<run>/{CHECKPOINTS}/pt/"
+            f"{TB_NAME}/{LATEST}, or its run directory)",
+        )
+
+
+def checkpoint_dir(run_dir: Path) -> Path:
+    """Where the Trainer writes its .pth files (its `pt_dir` for our --output-dir)."""
+    return run_dir / CHECKPOINTS / "pt" / TB_NAME
+
+
+def resume_file(path: Path) -> Path | None:
+    if path.is_file():
+        return path
+    for candidate in (path / LATEST, path / "pt" / TB_NAME / LATEST, checkpoint_dir(path) / LATEST):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def load_checkpoint(path: Path | str) -> tuple[dict[str, Any], int]:
+    """(model state dict, optimizer step) of a checkpoint this engine wrote, for evaluation.
+
+    `path`: a .pth file, or a run / checkpoints directory (its checkpoint_latest.pth). The
+    state dict is `checkpoint["model"]`, the unwrapped model's own (keys as the ModelConfig's
+    builder names them; DDP's `module.` never appears). The step is the number of optimizer
+    steps trained when it was saved: (epoch + 1) x steps per epoch (recorded in its args)."""
+
+    found = resume_file(Path(path))
+    if found is None:
+        raise FileNotFoundError(f"no {LATEST} (or .pth file) at {path}")
+    checkpoint = _torch_load(found)
+    steps = int(getattr(checkpoint["args"], "steps_per_epoch", 0) or 0)
+    return checkpoint["model"], (int(checkpoint["epoch"]) + 1) * steps
+
+
+def _torch_load(path: Path) -> dict[str, Any]:
+    """torch's weights-only load, letting through the argparse.Namespace the Trainer stores."""
+    import torch
+
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
+# --------------------------------------------------------------------------- the engine
+
+
+def build_model(config: Any, device: Any, micro_batch_size: int) -> Any:
+    """The whole model (one process, one stage) from a ModelConfig's builder, as the CPU
+    engine builds it: both engines train the same model from the same config."""
+    from spikingjelly.activation_based import functional
+
+    model, _, _, _ = config.get_builder_cls()(config).build(
+        process_group=None,
+        memopt_process_group=None,
+        pipeline_rank=0,
+        pipeline_size=1,
+        pipeline_microbatches=1,
+        device=device,
+        micro_batch_size=micro_batch_size,
+        memopt_level=0,
+        memopt_compress_inputs=False,
+        memopt_checkpoint_budget="memory",
+    )
+    functional.set_step_mode(model, config.step_mode)
+    return model
+
+
+def train(plan: Any, recorder: Any) -> dict[str, Any]:
+    from experiments import distributed_env
+
+    # The Trainer's training step enters torch.cuda.amp.autocast (off without --amp) every
+    # step; torch deprecates that spelling, which is the library's to change.
+    warnings.filterwarnings(
+        "ignore", message=r".*torch\.cuda\.amp\.autocast.*", category=FutureWarning
+    )
+    trainer = _trainer_class()(plan, recorder)
+    args = parse_arguments(plan.trainer_args)
+    found = None
+    if plan.resume is not None:
+        found = resume_file(plan.run_dir if plan.resume == "auto" else Path(plan.resume))
+    if found is not None:
+        args.resume = str(found)
+        if recorder.enabled:
+            recorder.summary["resumed_from"] = str(found)
+            recorder.summary["resumes"] = recorder.summary.get("resumes", 0) + 1
+    elif distributed_env.rank() == 0:
+        # A fresh start: older checkpoints must not outrank this run's, and the Trainer
+        # refuses an existing log directory without --resume.
+        shutil.rmtree(plan.run_dir / CHECKPOINTS, ignore_errors=True)
+    try:
+        with _library_patches(args.device):
+            trainer.main(args)
+        metrics = trainer.final_metrics(args)
+        if args.distributed:
+            metrics["replica_max_diff"] = trainer.replica_spread()
+        return metrics
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def _library_patches(device: str) -> Iterator[None]:
+    """While Trainer.main runs in this process: its checkpoints (which hold an
+    argparse.Namespace) load with torch's weights-only loader, and on CPU ranks its DDP path
+    runs on gloo."""
+    import torch
+
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        if device != "cpu":
+            yield
+            return
+        with _cpu_ranks():
+            yield
+
+
+@contextlib.contextmanager
+def _cpu_ranks() -> Iterator[None]:
+    import torch
+    import torch.distributed as dist
+    from spikingjelly.activation_based.examples.common.tv_ref_classify import utils
+
+    original_init = utils.init_distributed_mode
+    original_ddp = torch.nn.parallel.DistributedDataParallel
+
+    def init_distributed_mode(args: argparse.Namespace) -> None:
+        """The library's, with gloo for NCCL and no CUDA device to pick."""
+        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+            original_init(args)  # one process: it says so and sets distributed=False
+            return
+        args.rank = int(os.environ["RANK"])
+        args.world_size = int(os.environ["WORLD_SIZE"])
+        args.gpu = None
+        args.distributed = True
+        args.dist_backend = "gloo"
+        dist.init_process_group(
+            backend="gloo", init_method=args.dist_url, world_size=args.world_size, rank=args.rank
+        )
+
+    class CPUDistributedDataParallel(original_ddp):  # type: ignore[misc, valid-type]
+        """DDP of a CPU module takes no device_ids; the Trainer passes [args.gpu]."""
+
+        def __init__(self, module: Any, device_ids: Any = None, *rest: Any, **kwargs: Any):
+            if device_ids == [None]:
+                device_ids = None
+            super().__init__(module, device_ids, *rest, **kwargs)
+
+    utils.init_distributed_mode = init_distributed_mode
+    torch.nn.parallel.DistributedDataParallel = CPUDistributedDataParallel
+    try:
+        yield
+    finally:
+        utils.init_distributed_mode = original_init
+        torch.nn.parallel.DistributedDataParallel = original_ddp
+
+
+def _trainer_class() -> type:
+    """The subclass, defined on first use: importing the Trainer pulls in torchvision and
+    TensorBoard, which planning other engines must not pay for."""
+    global _TRAINER
+    if _TRAINER is not None:
+        return _TRAINER
+    import torch
+    from spikingjelly.activation_based.examples.common import train_classify
+    from spikingjelly.activation_based.examples.common.tv_ref_classify import utils
+    from torch.utils.data import DistributedSampler
+
+    from experiments.data import import_object
+
+    class ClassifyTrainer(train_classify.Trainer):
+        """The hooks SpikingJelly's Trainer is meant to be subclassed through."""
+
+        def __init__(self, plan: Any, recorder: Any) -> None:
+            self.plan = plan
+            self.recorder = recorder
+            self.config = plan.training_config
+            self.time_steps = self.config.model.time_steps
+            self.history: list[dict[str, Any]] = []
+            self._epoch: dict[str, Any] = {}
+            self._truncated = False
+
+        # --- data and model: our groups -------------------------------------------------
+
+        def load_ImageNet(self, args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+            """Our data group's datasets; the Trainer's own samplers, seeded like it seeds
+            them (one process gets a one-replica DistributedSampler, whose order depends on
+            seed and epoch only, so a resumed epoch sees the batches it would have)."""
+            train_set, val_set = import_object(self.config.dataset_builder, "data.builder")(
+                **self.config.dataset_kwargs
+            )
+            for dataset in (train_set, val_set):  # Trainer.main counts len(dataset.classes)
+                if not hasattr(dataset, "classes"):
+                    dataset.classes = list(range(self.config.model.num_classes))
+            if args.distributed:
+                train_sampler = DistributedSampler(train_set, seed=args.seed)
+                val_sampler = DistributedSampler(val_set, shuffle=False)
+            else:
+                train_sampler = DistributedSampler(
+                    train_set, num_replicas=1, rank=0, seed=args.seed
+                )
+                val_sampler = torch.utils.data.SequentialSampler(val_set)
+            return train_set, val_set, train_sampler, val_sampler
+
+        def load_model(self, args: argparse.Namespace, num_classes: int) -> torch.nn.Module:
+            """The ModelConfig's builder, as the CPU engine calls it (whole model, one stage)."""
+            model = build_model(self.config.model, torch.device(args.device), args.batch_size)
+            self.model = model  # the replicas' parameters (DDP wraps, never copies, it)
+            return model
+
+        def set_optimizer(self, args: argparse.Namespace, parameters: Any) -> torch.optim.Optimizer:
+            """Our optimizer group's class and arguments (the Trainer knows three by name);
+            the Trainer's norm-weight-decay parameter groups keep their own weight_decay."""
+            cls = import_object(self.config.optimizer, "optimizer.name")
+            return cls(parameters, **self.config.optimizer_kwargs)
+
+        def replica_spread(self) -> float:
+            """Largest difference of any parameter's sum across the DDP replicas (0: in step)."""
+            sums = torch.stack([p.detach().double().sum() for p in self.model.parameters()])
+            gathered = [torch.empty_like(sums) for _ in range(torch.distributed.get_world_size())]
+            torch.distributed.all_gather(gathered, sums)
+            stacked = torch.stack(gathered)
+            return (stacked.max(0).values - stacked.min(0).values).abs().max().item()
+
+        def get_tb_logdir_name(self, args: argparse.Namespace) -> str:
+            return TB_NAME
+
+        # --- the time dimension --------------------------------------------------------
+
+        def _sequence(self, x: torch.Tensor) -> torch.Tensor:
+            if x.ndim == 5:  # [N, T, C, H, W] from a sequence loader -> [T, N, C, H, W]
+                return x.transpose(0, 1).contiguous()
+            return x.unsqueeze(0).repeat(self.time_steps, *([1] * x.ndim))
+
+        def preprocess_train_sample(
+            self, args: argparse.Namespace, x: torch.Tensor
+        ) -> torch.Tensor:
+            return self._sequence(x)
+
+        def preprocess_test_sample(self, args: argparse.Namespace, x: torch.Tensor) -> torch.Tensor:
+            return self._sequence(x)
+
+        def process_model_output(self, args: argparse.Namespace, y: torch.Tensor) -> torch.Tensor:
+            return y.mean(0) if y.ndim == 3 else y  # [T, N, classes] -> firing-rate readout
+
+        # --- recording -----------------------------------------------------------------
+
+        def train_one_epoch(
+            self,
+            model: torch.nn.Module,
+            criterion: Any,
+            optimizer: torch.optim.Optimizer,
+            data_loader: Any,
+            device: Any,
+            epoch: int,
+            args: argparse.Namespace,
+            model_ema: Any = None,
+            scaler: Any = None,
+        ) -> tuple[float, float, float]:
+            """The library's epoch; records its throughput and where a resume starts."""
+            steps_per_epoch = len(data_loader)
+            args.steps_per_epoch = steps_per_epoch  # saved with the checkpoint's args
+            if not self._truncated:  # epochs after the checkpoint are trained again
+                self.recorder.truncate_logs(after_step=epoch * steps_per_epoch)
+                self.history = [r for r in _read_metrics(self.plan.run_dir) if r["epoch"] <= epoch]
+                self._truncated = True
+            if not args.distributed:
+                data_loader.sampler.set_epoch(epoch)
+            lr = optimizer.param_groups[0]["lr"]
+            started = time.perf_counter()
+            train_loss, train_acc1, _ = super().train_one_epoch(
+                model, criterion, optimizer, data_loader, device, epoch, args, model_ema, scaler
+            )
+            seconds, images = time.perf_counter() - started, len(data_loader.sampler)
+            if args.distributed:  # all ranks' images over the slowest rank's time
+                maximum = torch.distributed.ReduceOp.MAX
+                seconds = utils.reduce_across_processes(seconds, op=maximum).item()
+                images = utils.reduce_across_processes(images).item()
+            self._epoch = {
+                "step": (epoch + 1) * steps_per_epoch,
+                "epoch": epoch + 1,
+                "train_loss": float(train_loss),
+                "train_accuracy": float(train_acc1) / 100,
+                "images_per_second": images / max(seconds, 1e-9),
+                "lr": lr,
+                "train_seconds": seconds,
+            }
+            return train_loss, train_acc1, _
+
+        def evaluate(
+            self,
+            args: argparse.Namespace,
+            model: torch.nn.Module,
+            criterion: Any,
+            data_loader: Any,
+            device: Any,
+            log_suffix: str = "",
+        ) -> tuple[float, float, float]:
+            loss, acc1, acc5 = super().evaluate(
+                args, model, criterion, data_loader, device, log_suffix
+            )
+            key = "ema_val" if log_suffix == "EMA" else "val"
+            self._epoch.update({f"{key}_loss": float(loss), f"{key}_accuracy": float(acc1) / 100})
+            if not args.test_only and (log_suffix == "EMA" or not args.model_ema):
+                self._log_epoch()
+            return loss, acc1, acc5
+
+        def _log_epoch(self) -> None:
+            record = dict(self._epoch)
+            self.history.append(record)
+            self.recorder.log_metrics(record)
+            if self.recorder.enabled:
+                print(
+                    f"epoch {record['epoch']}: val_accuracy={record['val_accuracy']:.4f} "
+                    f"val_loss={record['val_loss']:.4f} train_loss={record['train_loss']:.4f}",
+                    flush=True,
+                )
+
+        def final_metrics(self, args: argparse.Namespace) -> dict[str, Any]:
+            if not self._truncated:  # resumed after its last epoch: the record has them all
+                self.history = _read_metrics(self.plan.run_dir)
+            last = self.history[-1] if self.history else {}
+            evaluated = self._epoch if args.test_only else last
+            metrics = {
+                "val_accuracy": evaluated.get(
+                    "val_accuracy", evaluated.get("ema_val_accuracy", math.nan)
+                ),
+                "val_loss": evaluated.get("val_loss", evaluated.get("ema_val_loss", math.nan)),
+                "train_loss": last.get("train_loss", math.nan) if not args.test_only else math.nan,
+                "images_per_second": _mean_throughput(self.history) if not args.test_only else 0.0,
+                "steps": last.get("step", 0),
+                "epochs": last.get("epoch", 0),
+                "global_batch": args.batch_size * getattr(args, "world_size", 1),
+            }
+            for key in ("ema_val_accuracy", "ema_val_loss"):
+                if key in evaluated:
+                    metrics[key] = evaluated[key]
+            return metrics
+
+    _TRAINER = ClassifyTrainer
+    return _TRAINER
+
+
+_TRAINER: type | None = None
+
+
+def _mean_throughput(history: list[dict[str, Any]]) -> float:
+    seconds = sum(r.get("train_seconds", 0.0) for r in history)
+    if not seconds:
+        return 0.0
+    return sum(r["images_per_second"] * r.get("train_seconds", 0.0) for r in history) / seconds
+
+
+def _read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]

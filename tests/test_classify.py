@@ -1,0 +1,239 @@
+"""trainer=classify: SpikingJelly's classic train_classify.Trainer as the second SNN engine.
+
+One tiny real run through the CLI is shared by the contract and resume tests; DDP runs its
+own 2 gloo ranks under torchrun; refusals are plan-level (no process, nothing written)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from experiments.errors import ConfigError
+from experiments.snn.engines import classify
+
+from .conftest import plan_for, read_jsonl, run_cli
+
+TINY = [
+    "trainer=classify",
+    "trainer.epochs=1",
+    # step, not cosa: a cosine schedule cannot be extended (test_more_epochs_resume...)
+    "trainer.lr_scheduler=step",
+    "data=synthetic",
+    "data.train_size=64",
+    "data.val_size=32",
+    "model.time_steps=2",
+    "logger=none",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("classify") / "run"
+    result = run_cli([*TINY, f"hydra.run.dir={run_dir}"], cwd=run_dir.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
+def _summary(run_dir: Path) -> dict:
+    import json
+
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def _evaluate(state: dict, overrides: list[str]) -> float:
+    """Accuracy of a state dict on the run's validation data, built from the config alone."""
+    plan = plan_for(overrides)
+    config = plan.training_config
+    model = classify.build_model(config.model, torch.device("cpu"), 32)
+    model.load_state_dict(state)
+    model.eval()
+    from spikingjelly.activation_based import functional
+
+    from experiments.data import import_object
+
+    _, val = import_object(config.dataset_builder, "data.builder")(**config.dataset_kwargs)
+    images, targets = val.tensors
+    with torch.no_grad():
+        logits = model(images.unsqueeze(0).repeat(config.model.time_steps, 1, 1, 1, 1)).mean(0)
+    functional.reset_net(model)
+    return (logits.argmax(1) == targets).float().mean().item()
+
+
+@pytest.mark.slow
+@pytest.mark.smoke
+def test_a_classify_run_keeps_the_run_directory_contract(tiny_run: Path) -> None:
+    summary = _summary(tiny_run)
+    assert summary["status"] == "completed"
+    assert summary["engine"] == "classify" and summary["device"] == "cpu"
+    metrics = summary["metrics"]
+    for key in ("val_accuracy", "val_loss", "train_loss", "images_per_second"):
+        assert isinstance(metrics[key], float), key
+    assert 0.0 <= metrics["val_accuracy"] <= 1.0
+    assert metrics["steps"] == 2  # 64 images / batch 32, one epoch
+    records = read_jsonl(tiny_run / "metrics.jsonl")
+    assert [(r["epoch"], r["step"]) for r in records] == [(1, 2)]
+    assert records[0]["val_accuracy"] == metrics["val_accuracy"]
+
+    latest = classify.checkpoint_dir(tiny_run) / classify.LATEST
+    assert latest.is_file()
+    state, step = classify.load_checkpoint(tiny_run)
+    assert step == 2
+    # The checkpoint is the model that was evaluated last: rebuilt from the config alone,
+    # it scores the recorded val_accuracy (readout: mean over T of [T, N, classes]).
+    assert _evaluate(state, TINY) == pytest.approx(metrics["val_accuracy"], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_more_epochs_resume_through_the_trainers_resume(tiny_run: Path) -> None:
+    before = read_jsonl(tiny_run / "metrics.jsonl")
+    again = run_cli([*TINY, f"hydra.run.dir={tiny_run}"], cwd=tiny_run.parent)
+    assert again.returncode == 0 and "Run already completed" in again.stdout
+    assert _summary(tiny_run).get("resumes", 0) == 0
+
+    longer = [*TINY, "trainer.epochs=2", f"hydra.run.dir={tiny_run}"]
+    result = run_cli(longer, cwd=tiny_run.parent)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = _summary(tiny_run)
+    assert summary["status"] == "completed" and summary["resumes"] == 1
+    assert summary["resumed_from"].endswith(f"pt/classify/{classify.LATEST}")
+    assert summary["metrics"]["steps"] == 4
+    records = read_jsonl(tiny_run / "metrics.jsonl")
+    # epoch 1 was not trained again: its record is the first run's, epoch 2 follows it
+    assert records[0] == before[0]
+    assert [(r["epoch"], r["step"]) for r in records] == [(1, 2), (2, 4)]
+    _, step = classify.load_checkpoint(tiny_run)
+    assert step == 4
+
+
+@pytest.mark.slow
+def test_test_only_evaluates_a_trained_checkpoint(tiny_run: Path) -> None:
+    """--test-only with --resume: the Trainer scores the checkpoint, trains nothing."""
+    run_dir = tiny_run.parent / "test_only"
+    result = run_cli(
+        [*TINY, "trainer.test_only=true", f"resume={tiny_run}", f"hydra.run.dir={run_dir}"],
+        cwd=tiny_run.parent,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = _summary(run_dir)["metrics"]
+    assert metrics["val_accuracy"] == _summary(tiny_run)["metrics"]["val_accuracy"]
+    assert metrics["steps"] == 0 and not (run_dir / "metrics.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_ddp_on_two_gloo_ranks_keeps_the_replicas_equal(tmp_path: Path) -> None:
+    run_dir = tmp_path / "ddp"
+    overrides = [*TINY, "topology=ddp", "launcher=torchrun", "launcher.nproc_per_node=2"]
+    result = run_cli([*overrides, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = _summary(run_dir)
+    assert summary["world_size"] == 2 and summary["backend"] == "gloo"
+    metrics = summary["metrics"]
+    assert metrics["steps"] == 1 and metrics["global_batch"] == 64  # 64 images over 2 ranks
+    # Each rank trained on its own half of the data: only all-reduced gradients keep the
+    # two replicas' parameters identical.
+    assert metrics["replica_max_diff"] == 0.0
+    assert len(read_jsonl(run_dir / "metrics.jsonl")) == 1
+
+
+def test_the_time_dimension_is_made_by_the_hooks() -> None:
+    """Images are repeated over T; an [N, T, C, H, W] sequence goes time-first, in order."""
+    trainer = classify._trainer_class().__new__(classify._trainer_class())
+    trainer.time_steps = 3
+    images = torch.randn(5, 3, 4, 4)
+    repeated = trainer.preprocess_train_sample(None, images)
+    assert repeated.shape == (3, 5, 3, 4, 4) and torch.equal(repeated[2], images)
+    sequence = torch.randn(5, 3, 3, 4, 4)  # [N, T, C, H, W]
+    timed = trainer.preprocess_test_sample(None, sequence)
+    assert timed.shape == (3, 5, 3, 4, 4)
+    assert all(torch.equal(timed[t], sequence[:, t]) for t in range(3))
+    output = torch.randn(3, 5, 10)  # [T, N, classes]
+    assert torch.equal(trainer.process_model_output(None, output), output.mean(0))
+
+
+def test_a_sequence_dataset_plans_time_first() -> None:
+    plan = plan_for(["trainer=classify", "data=digits_sequence", "model.time_steps=4"])
+    assert plan.engine == "classify"
+    assert plan.training_config.input_layout == "NTCHW"
+
+
+def test_the_trainers_arguments_come_from_our_groups() -> None:
+    plan = plan_for(
+        [
+            "trainer=classify",
+            "optimizer=sgd",
+            "optimizer.lr=0.05",
+            "trainer.label_smoothing=0.2",
+            "trainer.mixup_alpha=0.2",
+            "trainer.model_ema=true",
+            "trainer.clip_grad_norm=1.0",
+            "trainer.lr_warmup_epochs=1",
+        ]
+    )
+    args = classify.parse_arguments(plan.trainer_args)
+    assert (args.opt, args.lr, args.momentum) == ("sgd", 0.05, 0.9)
+    assert (args.label_smoothing, args.mixup_alpha, args.cutmix_alpha) == (0.2, 0.2, 0.0)
+    assert args.model_ema and args.clip_grad_norm == 1.0 and args.lr_warmup_epochs == 1
+    assert args.device == "cpu" and args.disable_amp and args.seed == 1234
+    assert args.output_dir == "/tmp/experiments-test-run/checkpoints"
+
+
+REFUSED = [
+    (["+trainer.auto_augment=ta_wide"], "trainer.auto_augment", "not a key of trainer=classify"),
+    (["+trainer.max_steps=3"], "trainer.max_steps", "not a key of trainer=classify"),
+    (["trainer.lr_scheduler=poly"], "trainer.lr_scheduler", "one of step, cosa, exp"),
+    (["trainer.lr_warmup_method=cosine"], "trainer.lr_warmup_method", "one of linear, constant"),
+    (["trainer.lr_warmup_epochs=4"], "trainer.lr_warmup_epochs", "below trainer.epochs=4"),
+    (["trainer.precision=amp"], "trainer.precision", "needs CUDA"),
+    (["trainer.execution_mode=cuda_graph"], "trainer.execution_mode", "needs CUDA"),
+    (["trainer.device=cuda"], "trainer.device", "cpu or auto"),
+    (["trainer.sync_bn=true"], "trainer.sync_bn", "SyncBatchNorm needs DDP ranks"),
+    (
+        ["trainer.sync_bn=true", "topology=ddp", "launcher=torchrun"],
+        "trainer.sync_bn",
+        "CUDA tensors only",
+    ),
+    (["trainer.model_ema_decay=1.5"], "trainer.model_ema_decay", "between 0 and 1"),
+    (["trainer.clip_grad_norm=0"], "trainer.clip_grad_norm", "a number > 0"),
+    (["trainer.label_smoothing=1.0"], "trainer.label_smoothing", "from 0 to < 1"),
+    (["topology=fsdp2", "launcher=torchrun"], "topology", "single or ddp"),
+    (["topology=channel_tp", "launcher=torchrun"], "topology", "single or ddp"),
+    (["topology=pp", "launcher=torchrun"], "topology", "single or ddp"),
+    (["model.step_mode=s"], "model.step_mode", "m: the classic Trainer"),
+    (["resume=/nonexistent/run"], "resume", "a checkpoint of trainer=classify"),
+    (["trainer.test_only=true"], "resume", "a trained checkpoint with trainer.test_only=true"),
+    (
+        ["data=digits_sequence", "trainer.cutmix_alpha=1.0"],
+        "trainer.cutmix_alpha",
+        "[N, T, C, H, W] sequences",
+    ),
+]
+
+
+@pytest.mark.parametrize(("overrides", "key", "reason"), REFUSED)
+def test_what_the_trainer_cannot_run_is_refused_in_planning(
+    overrides: list[str], key: str, reason: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        plan_for(["trainer=classify", *overrides])
+    assert raised.value.key == key, str(raised.value)
+    assert reason in str(raised.value)
+
+
+def test_a_cosine_run_is_not_extended_at_lr_zero(tmp_path: Path) -> None:
+    """More epochs on a recorded cosa run would resume its finished schedule (lr 0 from
+    then on): refused, while a step schedule extends (test_more_epochs_resume...)."""
+    from omegaconf import OmegaConf
+
+    from .conftest import compose_run
+
+    recorded = [*TINY, "trainer.lr_scheduler=cosa"]
+    cfg = compose_run(recorded)
+    (tmp_path / ".hydra").mkdir()
+    OmegaConf.save({k: v for k, v in cfg.items() if k != "hydra"}, tmp_path / ".hydra/config.yaml")
+    (tmp_path / "summary.json").write_text("{}")
+    with pytest.raises(ConfigError) as raised:
+        plan_for([*recorded, "trainer.epochs=3"], run_dir=str(tmp_path))
+    assert raised.value.key == "trainer.epochs" and "lr 0" in str(raised.value)
+    plan_for(recorded, run_dir=str(tmp_path))  # the recorded run itself plans
