@@ -43,13 +43,20 @@ def test_groups_hold_what_the_product_card_names() -> None:
         "spikformer",
         "spikformer_tiny",
         "spikformer_cifar10",
+        "spiking_resnet18",
+        "spiking_resnet34",
+        "spiking_resnet50",
+        "spiking_vgg11_bn",
+        "spiking_vgg16_bn",
+        "zoo_sew_resnet18",
+        "zoo_sew_resnet152",
         "dcgan",
         "lsgan",
         "ggan",
     } <= set(MODELS)
     assert TOPOLOGIES == ["channel_tp", "ddp", "fsdp2", "pp", "single"]
     assert LAUNCHERS == ["local", "slurm", "torchrun"]
-    assert DATA == ["digits", "imagefolder", "synthetic"]
+    assert DATA == ["digits", "digits_sequence", "imagefolder", "synthetic"]
 
 
 @pytest.mark.parametrize(

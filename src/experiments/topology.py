@@ -25,6 +25,8 @@ class Capabilities:
     image_multiple: int = 1  # input side must be a multiple of this
     fixed_image_size: int | None = None
     note: str = ""
+    image_reason: str = "its patch stem"  # why image_multiple, for messages
+    memopt: bool = True  # whether its builder applies SpikingJelly memopt (CUDA engine)
 
 
 @dataclass(frozen=True)

@@ -228,7 +228,9 @@ def _optimizer(optimizer: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def _check_data(data: dict[str, Any]) -> None:
-    if data["name"] == "digits":
+    if data.get("time_steps") is not None:
+        check.integer(data["time_steps"], "data.time_steps", minimum=1)
+    if data["name"] in ("digits", "digits_sequence"):
         from experiments.data.digits import DIGITS_TOTAL
 
         check.integer(data["val_size"], "data.val_size", minimum=1, maximum=DIGITS_TOTAL - 1)
@@ -288,13 +290,30 @@ def _check_model_against_data(
             "data.image_size",
             size,
             f"{name} needs a multiple of "
-            f"{caps.image_multiple} (its patch stem), e.g. {caps.image_multiple * 2}",
+            f"{caps.image_multiple} ({caps.image_reason}), e.g. "
+            f"{max(1, -(-size // caps.image_multiple)) * caps.image_multiple}",
+        )
+    frames = data.get("time_steps")  # data that yields frame sequences ([N, T, C, H, W])
+    if frames is not None and config.time_steps != frames:
+        raise ConfigError(
+            "model.time_steps",
+            config.time_steps,
+            f"data={data['name']} yields {frames} frames a sample; the model must run as many "
+            f"time steps: set model.time_steps={frames} (or data.time_steps)",
         )
     for key in ("image_size", "image_height", "image_width"):
         if hasattr(config, key) and getattr(config, key) != size:
             raise ConfigError(
                 f"model.{key}", getattr(config, key), f"must equal data.image_size={size}"
             )
+
+
+def input_layout(data: dict[str, Any]) -> str:
+    """SpikingJelly's TrainingConfig.input_layout, declared by the data builder itself
+    (`builder.input_layout = "NTCHW"` for [N, T, C, H, W] sequences; static images otherwise),
+    so a user's own sequence builder needs no key of ours."""
+    builder = data_group.import_object(str(data["builder"]), "data.builder")
+    return str(getattr(builder, "input_layout", "NCHW"))
 
 
 def _check_validation_split(data: dict[str, Any], dims: ParallelDims, batch_size: int) -> None:
@@ -367,6 +386,7 @@ def _training_config(
             model=model_config,
             dataset_builder=values["data"]["builder"],
             dataset_kwargs=data_kwargs,
+            input_layout=input_layout(values["data"]),
             epochs=trainer["epochs"],
             batch_size=trainer["batch_size"],
             workers=trainer["workers"],
@@ -436,6 +456,10 @@ def build_snn_plan(
 
     engine = _engine(trainer, module.has_cuda(launcher), launcher["name"])
     device = "cuda" if engine == "spikingjelly" else "cpu"
+    if trainer.get("memopt_level") and not caps.memopt:
+        raise ConfigError(
+            "trainer.memopt_level", trainer["memopt_level"], f"0: {model_name} has no memopt split"
+        )
     training_config = _training_config(
         model_config,
         values,

@@ -27,6 +27,7 @@ SPIKFORMER = SJ_MODEL + "spikformer.SpikformerConfig"
 SPIKFORMER_CIFAR10 = SJ_MODEL + "spikformer.SpikformerCIFAR10Config"
 SEW_RESNET = "experiments.snn.models.sew_resnet.SEWResNetConfig"
 SPIKFORMER_TINY = "experiments.snn.models.spikformer.SpikformerTinyConfig"
+ZOO = "experiments.snn.models.zoo.ZooModelConfig"
 BASIC_BLOCK_DEPTHS = (18, 34)  # what SpikingJelly's SEW builder shards (TP) and splits (PP)
 
 
@@ -36,6 +37,8 @@ def _is(config: ModelConfig, class_path: str) -> bool:
 
 def capabilities(config: ModelConfig) -> Capabilities:
     depth = getattr(config, "depth", 34)
+    if _is(config, ZOO):
+        return _zoo_capabilities(config)
     if _is(config, SEW_RESNET) and depth not in BASIC_BLOCK_DEPTHS:
         return Capabilities(
             (1,),
@@ -57,6 +60,22 @@ def capabilities(config: ModelConfig) -> Capabilities:
     )
 
 
+def _zoo_capabilities(config: ModelConfig) -> Capabilities:
+    factory = str(getattr(config, "factory", ""))
+    vgg = ".spiking_vgg." in factory
+    return Capabilities(
+        (1,),
+        1,
+        "channels",
+        **({"image_multiple": 32, "image_reason": "its five 2x2 max-pools"} if vgg else {}),
+        memopt=False,
+        note=f"SpikingJelly's zoo factory {factory.rsplit('.', 1)[-1]} builds the whole model, "
+        "with no channel-TP shard or pipeline split; it runs on topology=single, ddp or fsdp2 "
+        "(trainer.engine=cpu or spikingjelly, or trainer=classify)"
+        + ("; model=sew_resnet18|34 has TP and PP" if ".sew_resnet." in factory else ""),
+    )
+
+
 def instantiate_model_config(node: DictConfig) -> ModelConfig:
     """Build the SpikingJelly config dataclass; its own __post_init__ checks become ConfigErrors."""
     values: dict[str, Any] = OmegaConf.to_container(node, resolve=True)  # type: ignore[assignment]
@@ -69,6 +88,11 @@ def instantiate_model_config(node: DictConfig) -> ModelConfig:
         raise ConfigError("model._target_", target, f"cannot import it ({error})") from None
     if not (isinstance(cls, type) and issubclass(cls, ModelConfig)):
         raise ConfigError("model._target_", target, "must be a SpikingJelly ModelConfig subclass")
+    # A config whose group spells some fields differently (the zoo's model.neuron._target_)
+    # translates them into its dataclass fields, checking them on the way.
+    translate = getattr(cls, "group_values", None)
+    if translate is not None:
+        values = translate(values)
     names = {field.name for field in dataclasses.fields(cls)}
     for key, value in values.items():
         if key not in names:

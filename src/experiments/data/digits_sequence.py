@@ -1,0 +1,66 @@
+"""scikit-learn's digits as time series: each image rate-coded into `time_steps` binary frames.
+
+A pixel of intensity p in [0, 1] fires in each frame with probability p (SpikingJelly's own
+`encoding.PoissonEncoder`, a Bernoulli draw per frame). The frames are drawn once, from a
+generator seeded by `encoding_seed`, so every rank, resume and re-run sees the same frames for
+the same seed; the train/validation split is `build_digits_datasets`'s.
+
+Samples are `[T, C, H, W]` float32 in {0, 1}; a DataLoader batch is `[N, T, C, H, W]`, which
+SpikingJelly calls `input_layout="NTCHW"`. The builder says so itself (`input_layout` below),
+and the plan passes it on to TrainingConfig: the engines then feed `[T, N, C, H, W]` to the
+model, frame t at step t, instead of repeating a static image T times.
+"""
+
+from __future__ import annotations
+
+import torch
+from spikingjelly.activation_based.encoding import PoissonEncoder
+from torch.utils.data import Dataset
+
+from experiments.data.digits import build_digits_datasets
+
+
+class FrameSequences(Dataset):
+    """Frames kept as one-channel bool (8x smaller than float RGB); widened per sample."""
+
+    def __init__(self, frames: torch.Tensor, targets: torch.Tensor, channels: int) -> None:
+        self.frames = frames  # [N, T, 1, H, W] bool
+        self.targets = targets
+        self.channels = channels
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        frames = self.frames[index].float().expand(-1, self.channels, -1, -1).contiguous()
+        return frames, self.targets[index]
+
+
+def rate_code(images: torch.Tensor, time_steps: int, seed: int) -> torch.Tensor:
+    """[N, 1, H, W] intensities -> [N, T, 1, H, W] bool spikes, the same for the same seed."""
+    encoder = PoissonEncoder()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        frames = [encoder(images).bool() for _ in range(time_steps)]
+    return torch.stack(frames, dim=1)
+
+
+def build_digits_sequence_datasets(
+    time_steps: int = 4,
+    image_size: int = 16,
+    val_size: int = 384,
+    split_seed: int = 0,
+    encoding_seed: int = 0,
+) -> tuple[FrameSequences, FrameSequences]:
+    if time_steps < 1:
+        raise ValueError("time_steps must be >= 1")
+    train, validation = build_digits_datasets(image_size, val_size, split_seed)
+    datasets = []
+    for offset, (images, targets) in enumerate((train.tensors, validation.tensors)):
+        grey = images[:, :1]  # the digits are grey: one channel, widened per sample
+        frames = rate_code(grey.clamp(0.0, 1.0), time_steps, encoding_seed + offset)
+        datasets.append(FrameSequences(frames, targets, images.shape[1]))
+    return datasets[0], datasets[1]
+
+
+build_digits_sequence_datasets.input_layout = "NTCHW"  # type: ignore[attr-defined]
