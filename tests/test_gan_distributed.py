@@ -219,6 +219,8 @@ def test_sigterm_checkpoints_the_current_iteration_and_the_rerun_resumes_there(
     assert summary["status"] == "interrupted"
     assert "stopped on signal SIGTERM after a checkpoint" in summary["interrupted"]
     assert _names(_checkpoints(run_dir)) == [f"iter_{stopped}.pth", "latest.pth"]
+    said = f"stopping at iteration {stopped} on signal SIGTERM; checkpoint saved"
+    assert said in (run_dir / "train.log").read_text()
 
     result = _run(args, run_dir)  # the same command again (resume=auto)
     assert result.returncode == 0, result.stderr[-4000:]

@@ -52,8 +52,8 @@ def checkpoint_dir(run_dir: Path) -> Path:
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest iter_N.pth that loads: a crash during MMGen's (non-atomic) save leaves a
-    truncated file, which is skipped for the one before it."""
+    """The newest iter_N.pth that loads. Our saves are atomic (hooks.py); a torn or foreign
+    file under that name (MMGen's own tools write in place) is skipped for the one before."""
     found = []
     for path in checkpoint_dir(run_dir).glob("iter_*.pth"):
         try:

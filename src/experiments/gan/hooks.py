@@ -55,9 +55,9 @@ def _checkpoint_hook() -> type:
 
         def before_run(self, runner: Any) -> None:
             super().before_run(runner)
-            # A write cut short by a crash of an earlier launch: never a checkpoint.
-            for stale in Path(self.out_dir).glob(partial_name("*")):
-                stale.unlink(missing_ok=True)
+            if runner.rank == 0:  # the writer; a write cut short by an earlier crash goes
+                for stale in Path(self.out_dir).glob(partial_name("*")):
+                    stale.unlink(missing_ok=True)
 
         def after_train_iter(self, runner: Any) -> None:
             super().after_train_iter(runner)
