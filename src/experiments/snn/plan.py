@@ -29,6 +29,7 @@ from experiments.composition import (
 from experiments.errors import ConfigError
 from experiments.known_keys import nearest
 from experiments.launchers import launcher_module
+from experiments.snn.engines import classify
 from experiments.snn.models import capabilities, instantiate_model_config, parameter_count
 from experiments.topology import ParallelDims, parallel_dims
 
@@ -57,6 +58,8 @@ class RunPlan:
     trainer: dict[str, Any] = field(default_factory=dict)
     # "key: old -> new" for each key this launch raises on a recorded run (run/recorded_config.py)
     extensions: list[str] = field(default_factory=list)
+    # trainer=classify: SpikingJelly's train_classify.Trainer command line (engines/classify.py)
+    trainer_args: list[str] = field(default_factory=list)
 
     objective: str = "val_accuracy"  # the metric a sweep optimises and a re-run reports
 
@@ -91,6 +94,7 @@ class RunPlan:
             "resume": self.resume,
             "command": self.launch_command,
             "library_config": config.as_dict(),
+            **({"trainer_args": self.trainer_args} if self.trainer_args else {}),
         }
 
     def as_text(self) -> str:
@@ -114,6 +118,9 @@ class RunPlan:
             f"  launcher   {plan['launcher']}; it would execute:",
         ]
         lines += launch_lines(plan["launcher"], self.launch_command)
+        if self.trainer_args:
+            lines.append("  SpikingJelly train_classify.Trainer arguments (get_args_parser()):")
+            lines += [f"    {argument}" for argument in self.trainer_args]
         lines.append("  library config (SpikingJelly TrainingConfig.as_dict()):")
         lines += [
             f"    {line}" for line in json.dumps(plan["library_config"], indent=2).splitlines()
@@ -436,8 +443,14 @@ def build_snn_plan(
                 "null: MMGen's resume_from/load_from apply to GAN models; an SNN run resumes "
                 "with resume=auto (its own checkpoints) or resume=<checkpoint directory>",
             )
-    resume = _resume(values.get("resume"))
-    trainer = _trainer(values["trainer"])
+    classic = classify.is_classify(values["trainer"])  # SpikingJelly's classic Trainer
+    if classic:
+        classify.check_resume(values.get("resume"), values["trainer"].get("test_only"))
+        resume = values.get("resume")
+        trainer = classify.check_keys(values["trainer"])
+    else:
+        resume = _resume(values.get("resume"))
+        trainer = _trainer(values["trainer"])
     optimizer_name, optimizer_kwargs = _optimizer(values["optimizer"])
 
     data_kwargs = data_group.dataset_kwargs(cfg.data)
@@ -454,8 +467,21 @@ def build_snn_plan(
     dims = parallel_dims(values["topology"], world_size, caps, model_name, trainer["batch_size"])
     _check_validation_split(values["data"], dims, trainer["batch_size"])
 
-    engine = _engine(trainer, module.has_cuda(launcher), launcher["name"])
-    device = "cuda" if engine == "spikingjelly" else "cpu"
+    if classic:
+        engine = "classify"
+        classify.check_extension(trainer, extensions)
+        device = classify.check_run(
+            trainer,
+            dims=dims,
+            has_cuda=module.has_cuda(launcher),
+            launcher=launcher["name"],
+            data=values["data"],
+            step_mode=model_config.step_mode,
+            input_layout=input_layout(values["data"]),
+        )
+    else:
+        engine = _engine(trainer, module.has_cuda(launcher), launcher["name"])
+        device = "cuda" if engine == "spikingjelly" else "cpu"
     if trainer.get("memopt_level") and not caps.memopt:
         raise ConfigError(
             "trainer.memopt_level", trainer["memopt_level"], f"0: {model_name} has no memopt split"
@@ -463,7 +489,7 @@ def build_snn_plan(
     training_config = _training_config(
         model_config,
         values,
-        trainer,
+        classify.training_view(trainer) if classic else trainer,
         optimizer_name,
         optimizer_kwargs,
         data_kwargs,
@@ -486,4 +512,15 @@ def build_snn_plan(
         resume=resume,
         trainer=trainer,
         extensions=extensions,
+        trainer_args=classify.arguments(
+            trainer,
+            device=device,
+            optimizer=optimizer_name,
+            optimizer_kwargs=optimizer_kwargs,
+            seed=values["seed"],
+            run_dir=run_dir,
+            model=model_name,
+        )
+        if classic
+        else [],
     )
