@@ -410,12 +410,57 @@ def _library_patches(device: str) -> Iterator[None]:
     runs on gloo."""
     import torch
 
-    with torch.serialization.safe_globals([argparse.Namespace]):
+    with torch.serialization.safe_globals([argparse.Namespace]), _multistep_sync_bn():
         if device != "cpu":
             yield
             return
         with _cpu_ranks():
             yield
+
+
+@contextlib.contextmanager
+def _multistep_sync_bn() -> Iterator[None]:
+    """--sync-bn: torch's convert_sync_batchnorm replaces SpikingJelly's multi-step
+    BatchNorm (which folds [T, N, C, H, W] into [T*N, C, H, W]) by a plain SyncBatchNorm that
+    would read T as the batch and N as the channels. The converted layers of a multi-step
+    model keep SpikingJelly's folding (same parameters, buffers and state-dict keys)."""
+    import torch
+
+    sync_bn = torch.nn.SyncBatchNorm
+    original = sync_bn.__dict__["convert_sync_batchnorm"]  # the classmethod itself
+    convert = original.__get__(None, sync_bn)
+
+    def convert_multistep(cls: type, module: Any, process_group: Any = None) -> Any:
+        steps = {name: getattr(m, "step_mode", "s") for name, m in module.named_modules()}
+        converted = convert(module, process_group)  # recurses through this function
+        for name, layer in converted.named_modules():
+            if type(layer) is sync_bn and steps.get(name) == "m":
+                layer.__class__ = _multistep_sync_bn_class()
+        return converted
+
+    sync_bn.convert_sync_batchnorm = classmethod(convert_multistep)
+    try:
+        yield
+    finally:
+        sync_bn.convert_sync_batchnorm = original
+
+
+def _multistep_sync_bn_class() -> type:
+    import torch
+    from spikingjelly.activation_based import functional
+
+    class MultiStepSyncBatchNorm(torch.nn.SyncBatchNorm):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.dim() == 5:  # [T, N, C, H, W]
+                return functional.seq_to_ann_forward(x, super().forward)
+            return super().forward(x)
+
+    global _SYNC_BN
+    _SYNC_BN = _SYNC_BN or MultiStepSyncBatchNorm
+    return _SYNC_BN
+
+
+_SYNC_BN: type | None = None
 
 
 @contextlib.contextmanager
