@@ -112,3 +112,23 @@ def test_a_path_that_is_not_a_run_is_refused(tmp_path: Path) -> None:
     assert code == 2 and "a run directory made by experiments-train" in err
     code, _, err = evaluate(tmp_path, tmp_path / "missing")
     assert code == 2 and "run=" in err
+
+
+def test_eval_of_a_classic_trainer_run_reproduces_its_validation(tmp_path: Path) -> None:
+    """trainer=classify keeps the Trainer's own .pth files; eval reads the latest one and
+    scores it with the Trainer's criterion (label smoothing), reproducing the run's numbers."""
+    run_dir = tmp_path / "classify"
+    args = [
+        *("trainer=classify", "trainer.epochs=1", "trainer.batch_size=16", "data=synthetic"),
+        *("data.train_size=32", "data.val_size=32", "model.time_steps=2", "logger=none"),
+    ]
+    result = run_cli([*args, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    code, _, err = evaluate(run_dir, run_dir)
+    assert code == 0, err
+    record = json.loads((run_dir / "eval.json").read_text())
+    final = json.loads((run_dir / "summary.json").read_text())["metrics"]
+    assert record["checkpoint"].endswith("checkpoint_latest.pth")
+    assert record["step"] == final["steps"] == 2
+    assert abs(record["val_accuracy"] - final["val_accuracy"]) <= 1e-6
+    assert abs(record["val_loss"] - final["val_loss"]) <= 1e-5 * final["val_loss"]

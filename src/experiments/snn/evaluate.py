@@ -33,6 +33,7 @@ OVERRIDABLE = ("data.", "trainer.batch_size", "trainer.workers")
 # Training-only settings a CPU evaluation of a CUDA run leaves at their CPU values.
 CPU_TRAINER = {
     "engine": "cpu",
+    "device": "cpu",  # trainer=classify
     "precision": "fp32",
     "execution_mode": "eager",
     "memopt_level": 0,
@@ -52,7 +53,10 @@ class Evaluated:
 def evaluate_run(run_dir: Path, checkpoint: Path | None, overrides: list[str]) -> int:
     cfg = _config(run_dir, overrides)
     plan = _plan(run_dir, cfg)
-    model, path, step = _load_newest_readable(plan, run_dir, checkpoint)
+    if plan.engine == "classify":
+        model, path, step = _load_classify(plan, run_dir, checkpoint)
+    else:
+        model, path, step = _load_newest_readable(plan, run_dir, checkpoint)
     print(f"Evaluating {path} (step {step}) on data={plan.choices.get('data')} ...")
     result = _evaluate(plan, model)
     summary = read_summary(run_dir) or {}
@@ -210,6 +214,44 @@ def _load_newest_readable(
     raise EvaluationError("no checkpoint can be loaded: " + "; ".join(problems))
 
 
+def _load_classify(
+    plan: Any, run_dir: Path, chosen: Path | None
+) -> tuple[torch.nn.Module, Path, int]:
+    """A trainer=classify run: the Trainer's own .pth files, its latest first, then each
+    epoch's newest first (`checkpoint_max_test_acc1.pth` only when named)."""
+    from experiments.snn.engines import classify
+
+    folder = classify.checkpoint_dir(run_dir)
+    if chosen is not None:
+        if classify.resume_file(chosen) is None:
+            raise ConfigError(
+                "checkpoint", str(chosen), f"a .pth file the Trainer wrote, e.g. {folder}/"
+                f"{classify.LATEST}",
+            )  # fmt: skip
+        candidates = [classify.resume_file(chosen)]
+    else:
+        epochs = sorted(
+            folder.glob("checkpoint_[0-9]*.pth"),
+            key=lambda path: int(path.stem.rpartition("_")[2]),
+            reverse=True,
+        )
+        candidates = [path for path in (folder / classify.LATEST, *epochs) if path.is_file()]
+        if not candidates:
+            raise EvaluationError(f"{run_dir} has no checkpoint in {folder}")
+    model = _build_model(plan)
+    problems = []
+    for path in candidates:
+        try:
+            state, step = classify.load_checkpoint(path)
+            model.load_state_dict(state, strict=True)
+            return model, path, step
+        except Exception as error:  # a truncated or foreign file raises many types
+            problems.append(f"{path.name}: {type(error).__name__}: {error}")
+            print(f"warning: cannot load {path} ({problems[-1]}); trying the previous one",
+                  file=sys.stderr)  # fmt: skip
+    raise EvaluationError("no checkpoint can be loaded: " + "; ".join(problems))
+
+
 def _evaluate(plan: Any, model: torch.nn.Module) -> Evaluated:
     """SpikingJelly's own validation (training.py `_evaluate`), also keeping predictions."""
     from spikingjelly.activation_based import functional
@@ -223,6 +265,9 @@ def _evaluate(plan: Any, model: torch.nn.Module) -> Evaluated:
     config = plan.training_config
     _, loader, _, _ = sj_training._build_loaders(config, dp_size=1, dp_rank=0)
     loss_function = sj_training._build_loss_function(config)
+    if plan.engine == "classify":  # the Trainer's criterion, so val_loss is the run's too
+        smoothing = float(plan.trainer.get("label_smoothing") or 0.0)
+        loss_function = torch.nn.CrossEntropyLoss(label_smoothing=smoothing)
     classes = config.model.num_classes
     confusion = torch.zeros(classes, classes, dtype=torch.long)
     totals = torch.zeros(3, dtype=torch.float64)
