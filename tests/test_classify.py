@@ -153,21 +153,28 @@ def test_the_time_dimension_is_made_by_the_hooks() -> None:
 
 
 def test_sync_bn_keeps_spikingjellys_multistep_batch_norm() -> None:
-    """torch's convert_sync_batchnorm (the Trainer's --sync-bn) on a multi-step SEW-ResNet
-    computes what the model computed before: BatchNorm over [T*N, C, H, W], not over T as
+    """torch's convert_sync_batchnorm (the Trainer's --sync-bn) on SpikingJelly's multi-step
+    layers computes what they computed before: BatchNorm over [T*N, C, H, W], not over T as
     the batch (SyncBatchNorm without a process group normalises locally, so this runs on
     CPU)."""
-    plan = plan_for(["trainer=classify", "model.time_steps=2"])
-    model = classify.build_model(plan.training_config.model, torch.device("cpu"), 4)
-    x = torch.rand(2, 4, 3, 16, 16)  # [T, N, C, H, W]
+    from spikingjelly.activation_based import layer, neuron
+
+    model = torch.nn.Sequential(
+        layer.Conv2d(3, 8, 3, step_mode="m"),
+        layer.BatchNorm2d(8, step_mode="m"),
+        neuron.LIFNode(step_mode="m"),
+        layer.Conv2d(8, 4, 3, step_mode="m"),
+        layer.BatchNorm2d(4, step_mode="m"),
+    )
+    x = torch.rand(2, 5, 3, 8, 8)  # [T, N, C, H, W]
     from spikingjelly.activation_based import functional
 
     expected = model(x)
     functional.reset_net(model)
     with classify._multistep_sync_bn():
         converted = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    assert any(isinstance(m, torch.nn.SyncBatchNorm) for m in converted.modules())
-    assert torch.allclose(converted(x), expected, atol=1e-5)
+    assert sum(isinstance(m, torch.nn.SyncBatchNorm) for m in converted.modules()) == 2
+    assert torch.allclose(converted(x), expected, atol=1e-6)
     assert "convert_multistep" not in repr(torch.nn.SyncBatchNorm.convert_sync_batchnorm)
 
 
