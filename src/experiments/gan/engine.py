@@ -33,9 +33,9 @@ import torch.distributed as dist
 
 from experiments import distributed_env
 from experiments.data.image_files import DIGITS_FOLDER, ensure_digits_pngs
+from experiments.gan import conditional, mmgen_compat
 from experiments.gan import ddp as gan_ddp
 from experiments.gan import hooks as gan_hooks
-from experiments.gan import mmgen_compat
 from experiments.gan.recipes import CHECKPOINT_DIRNAME, SAMPLES_DIRNAME
 from experiments.run.record import RunRecorder
 from experiments.run.stop import GracefulStop
@@ -404,13 +404,15 @@ def save_final_grid(model: Any, plan: Any) -> Path:
     from torchvision.utils import save_image
 
     torch.manual_seed(plan.seed)
-    images = model(None, num_batches=plan.recipe.num_samples, return_loss=False)
+    # The EMA generator where the recipe trains one; one row per class for a conditional one.
+    kwargs, per_row = conditional.grid_kwargs(model, plan.recipe.num_samples)
+    images = model(None, num_batches=plan.recipe.num_samples, return_loss=False, **kwargs)
     images = ((images + 1) / 2).clamp(0, 1)
     if images.shape[1] == 3:
         images = images[:, [2, 1, 0]]  # MMGen trains on BGR (mmcv's image order)
     path = plan.run_dir / SAMPLES_DIRNAME / FINAL_GRID
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_image(images, str(path), nrow=math.ceil(math.sqrt(len(images))), padding=0)
+    save_image(images, str(path), nrow=per_row or math.ceil(math.sqrt(len(images))), padding=0)
     return path
 
 
@@ -447,10 +449,12 @@ def _quality(model: Any, dataset: Any, plan: Any) -> dict[str, Any]:
     if count < 2:
         return {}
     order = torch.randperm(len(dataset))[:count].tolist()
-    reals = torch.stack([dataset[i]["real_img"] for i in order])
+    key = "img" if conditional.num_classes(model) else "real_img"  # MMGen's batch keys
+    reals = torch.stack([dataset[i][key] for i in order])
+    sampling = conditional.sample_kwargs(model)  # the EMA generator's, where there is one
     fakes = torch.cat(
         [
-            model(None, num_batches=min(256, count - start), return_loss=False)
+            model(None, num_batches=min(256, count - start), return_loss=False, **sampling)
             for start in range(0, count, 256)
         ]
     )

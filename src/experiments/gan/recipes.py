@@ -36,6 +36,9 @@ RECIPE_KEYS = (
 )
 CHECKPOINT_DIRNAME = "ckpt"  # MMGen's: <work_dir>/ckpt/<basename of work_dir>/iter_N.pth
 SAMPLES_DIRNAME = "training_samples"  # MMGen's VisualizeUnconditionalSamples output_dir
+# Modules a conditional recipe's dumped config imports (mmcv custom_imports) so that MMGen's own
+# tools find our dataset and sample hook.
+CUSTOM_IMPORTS = ("experiments.gan.datasets", "experiments.gan.conditional")
 
 
 def is_gan(model: Any) -> bool:
@@ -163,7 +166,9 @@ def build_config(
     """MMGen's recipe with our groups' values; returns an mmcv Config."""
     import mmcv
 
+    from experiments.gan import datasets as gan_datasets
     from experiments.gan import mmgen_compat
+    from experiments.gan.conditional import HOOK_TYPE as VISUALIZE_CLASS_ROWS
 
     cfg = mmcv.Config.fromfile(str(recipe_path(recipe.recipe)))
     if mmgen_compat.uses_ada(cfg._cfg_dict.to_dict()) and not mmgen_compat.ada_available():
@@ -173,8 +178,17 @@ def build_config(
     _set_first(model.discriminator, ("input_scale", "in_scale", "in_size"), recipe.scale)
     model.generator.out_channels = channels
     model.discriminator.in_channels = channels
-    cfg.data.train.imgs_root = str(image_root)
-    cfg.data.train.pipeline = _pipeline(cfg.data.train.pipeline, recipe.scale, channels)
+    classes = _conditional_classes(cfg, recipe, data, image_root)
+    if classes:  # the recipe reads mmcls.CIFAR10; ours reads the run's labelled folders
+        cfg.data.train = mmcv.ConfigDict(
+            gan_datasets.train_data(image_root, recipe.scale, channels)
+        )
+        cfg.custom_imports = dict(imports=list(CUSTOM_IMPORTS), allow_failed_imports=False)
+        if "dataset_type" in cfg:  # the recipe's variable, shown in the dumped config
+            cfg.dataset_type = gan_datasets.DATASET_TYPE
+    else:
+        cfg.data.train.imgs_root = str(image_root)
+        cfg.data.train.pipeline = _pipeline(cfg.data.train.pipeline, recipe.scale, channels)
     if "train_pipeline" in cfg:  # the recipe's variable, shown in the dumped config
         cfg.train_pipeline = cfg.data.train.pipeline
     cfg.data.val = None  # GAN training reads no validation split (MMGen: validate=False)
@@ -189,15 +203,19 @@ def build_config(
     hooks = [
         h for h in cfg.get("custom_hooks") or [] if h.get("type") != "VisualizeUnconditionalSamples"
     ]
-    hooks.append(
-        dict(
-            type="VisualizeUnconditionalSamples",
-            output_dir=SAMPLES_DIRNAME,
-            interval=recipe.sample_interval,
-            num_samples=recipe.num_samples,
-            nrow=math.ceil(math.sqrt(recipe.num_samples)),
-        )
+    sampling = dict(
+        type="VisualizeUnconditionalSamples",
+        output_dir=SAMPLES_DIRNAME,
+        interval=recipe.sample_interval,
+        num_samples=recipe.num_samples,
+        nrow=math.ceil(math.sqrt(recipe.num_samples)),
     )
+    if classes:  # one row per class, num_samples // classes images per row
+        sampling.update(type=VISUALIZE_CLASS_ROWS, num_classes=classes)
+        del sampling["nrow"]
+    if (cfg.get("train_cfg") or {}).get("use_ema"):  # the EMA generator's samples, not 2N
+        sampling["kwargs"] = dict(sample_model="ema")
+    hooks.append(sampling)
     cfg.custom_hooks = hooks
     cfg.evaluation = None  # the recipes' FID/IS hooks need Inception weights (a download)
     cfg.metrics = dict(
@@ -213,8 +231,54 @@ def build_config(
     cfg.load_from = None
     gan_ddp.configure(cfg, recipe.ddp, recipe.recipe)  # model.ddp: MMGen's keys for it
     if recipe.cfg_options:
-        cfg.merge_from_dict(recipe.cfg_options)
+        cfg.merge_from_dict(_hook_indices(recipe.cfg_options, cfg.custom_hooks))
+    arch = cfg.model.discriminator.get("arch_cfg")  # BigGAN's blocks, given in cfg_options
+    if arch and arch.get("in_channels"):
+        arch.in_channels[0] = channels  # the data's channels, as in_channels above
     return cfg
+
+
+def _conditional_classes(
+    cfg: Any, recipe: GANRecipe, data: dict[str, Any], image_root: Path
+) -> int:
+    """0 for an unconditional recipe; else the run's class count, set in the recipe's model
+    (BasiccGAN, generator and discriminator take num_classes), checked against the grid."""
+    from experiments.gan import datasets as gan_datasets
+
+    if not cfg.model.get("num_classes"):
+        return 0
+    classes = gan_datasets.count_classes(data, image_root)
+    for node in (cfg.model, cfg.model.generator, cfg.model.discriminator):
+        if "num_classes" in node:
+            node.num_classes = classes
+    if recipe.num_samples % classes:
+        raise ConfigError(
+            "model.num_samples",
+            recipe.num_samples,
+            f"a multiple of the {classes} classes (one grid row per class), e.g. "
+            f"{classes * max(1, round(recipe.num_samples / classes))}",
+        )
+    return classes
+
+
+def _hook_indices(options: dict[str, Any], hooks: list[Any]) -> dict[str, Any]:
+    """cfg_options may name a custom hook by its type: custom_hooks.<Type>.<arg> becomes
+    custom_hooks.<index>.<arg> (mmcv's merge takes list indices), e.g.
+    custom_hooks.ExponentialMovingAverageHook.start_iter=0."""
+    types = [str(h.get("type")) for h in hooks]
+    result = {}
+    for key, value in options.items():
+        parts = key.split(".")
+        if parts[0] == "custom_hooks" and len(parts) > 2 and not parts[1].isdigit():
+            if parts[1] not in types:
+                raise ConfigError(
+                    f"model.cfg_options.{key}",
+                    value,
+                    "a hook of the recipe: " + ", ".join(f"custom_hooks.{t}" for t in types),
+                )
+            key = ".".join([parts[0], str(types.index(parts[1])), *parts[2:]])
+        result[key] = value
+    return result
 
 
 def _set_first(node: Any, keys: tuple[str, ...], value: int) -> None:
