@@ -1,0 +1,265 @@
+"""`experiments-sample <run dir | checkpoint> [num=64] [class=N] [seed=0] [ema=true]
+[npz=false] [out=<file.png>]`: a GAN checkpoint's images, as a PNG grid (and an .npz).
+
+The model is rebuilt from the run's record exactly as `experiments-eval` rebuilds it
+(gan/evaluate.py: the recorded config's plan, MMGen's builders, mmcv's strict
+`load_checkpoint`), and drawn through MMGen's own sampling API, `sample_from_noise`, as
+MMGen's `sample_unconditional_model` / `sample_conditional_model` do: batches of noise from
+the generator's own noise sampler, seeded here, so one seed gives the same images (and the
+same PNG bytes) every time and another seed other images. Grids use the layout of the run's
+training grids: square for an unconditional model; for a class-conditional one, one row per
+class (or `class=N`: every image of class N). Every argument is checked before anything is
+written; a bad one is one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from experiments.errors import ConfigError, EvaluationError
+from experiments.known_keys import nearest
+
+USAGE = """\
+usage: experiments-sample <run dir | checkpoint> [num=64] [class=N] [seed=0] [ema=true]
+                          [npz=false] [out=<file.png>]
+
+Draws images from a GAN run's checkpoint (a run directory: its newest readable one) with
+MMGen's sampling API and writes a PNG grid, by default <run dir>/samples/iter_<N>_seed_<S>.png.
+
+  num=N     images to draw (default 64); a class-conditional model draws one row per class,
+            ceil(N / classes) images a row, unless class= is given
+  class=N   a class-conditional model only: every image of class N
+  seed=N    the noise seed (default 0): the same seed gives the same images
+  ema=B     true: the EMA generator (the default where the recipe trains one); false: the
+            raw generator
+  npz=B     true: also <out>.npz with the images (uint8, N x H x W x C, RGB) and labels
+  out=PATH  the PNG file to write
+"""
+KEYS = ("num", "class", "seed", "ema", "npz", "out")
+SAMPLES_DIR = "samples"  # <run dir>/samples/: ours; MMGen's hook writes training_samples/
+BATCH = 64  # images per sample_from_noise call (a fixed size: the draws do not depend on num)
+
+
+@dataclass(frozen=True)
+class Request:
+    """The command line, checked."""
+
+    target: str
+    num: int = 64
+    label: int | None = None
+    seed: int = 0
+    ema: bool | None = None  # None: the EMA generator where the model has one
+    npz: bool = False
+    out: Path | None = None
+
+
+def parse(argv: list[str]) -> Request:
+    if not argv:
+        raise ConfigError("run", None, "a GAN run directory or a checkpoint in one (see --help)")
+    values: dict[str, Any] = {}
+    for argument in argv[1:]:
+        key, sep, text = argument.partition("=")
+        if not sep or not key:
+            raise ConfigError(argument, None, "key=value, e.g. num=16")
+        if key not in KEYS:
+            raise ConfigError(key, text, "not an argument of experiments-sample; " +
+                              nearest(key, sorted(KEYS), "", "valid: "))  # fmt: skip
+        if key in values:
+            raise ConfigError(key, text, f"given twice ({key}={values[key]!r} before)")
+        values[key] = text
+    request: dict[str, Any] = {"target": argv[0]}
+    if "num" in values:
+        request["num"] = _integer("num", values["num"], minimum=1)
+    if "class" in values:
+        request["label"] = _integer("class", values["class"], minimum=0)
+    if "seed" in values:
+        request["seed"] = _integer("seed", values["seed"], minimum=0)
+    for key in ("ema", "npz"):
+        if key in values:
+            request[key] = _boolean(key, values[key])
+    if "out" in values:
+        out = Path(values["out"]).expanduser()
+        if out.suffix.lower() != ".png" or out.is_dir():
+            raise ConfigError("out", values["out"], "a file name ending in .png")
+        request["out"] = out.absolute()
+    return Request(**request)
+
+
+def _integer(key: str, text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(key, text, f"an integer >= {minimum}") from None
+    if value < minimum:
+        raise ConfigError(key, value, f"an integer >= {minimum}")
+    return value
+
+
+def _boolean(key: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ConfigError(key, text, "true or false")
+    return lowered == "true"
+
+
+def generator_kwargs(model: Any, request: Request) -> tuple[dict[str, Any], str]:
+    """sample_from_noise's `sample_model` for the generator asked for (MMGen's default,
+    'ema/orig', would return the EMA images followed by the raw ones)."""
+    from experiments.gan import conditional
+
+    try:
+        kwargs = conditional.sample_kwargs(model, request.ema)
+    except ValueError as error:  # ema=true, and the recipe trains no EMA generator
+        raise ConfigError("ema", request.ema, f"false or left out: {error}") from None
+    return kwargs, "ema" if kwargs.get("sample_model") == "ema" else "generator"
+
+
+def labels_for(model: Any, request: Request, recipe: str) -> tuple[torch.Tensor | None, int]:
+    """(labels of the images, images per grid row)."""
+    from experiments.gan import conditional
+
+    classes = conditional.num_classes(model)
+    square = math.ceil(math.sqrt(request.num))
+    if request.label is not None:
+        if not classes:
+            raise ConfigError(
+                "class",
+                request.label,
+                f"left out: {recipe} is not class-conditional ({type(model).__name__} draws "
+                "from noise alone)",
+            )
+        if request.label >= classes:
+            raise ConfigError("class", request.label, f"a class of the model: 0..{classes - 1}")
+        return torch.full((request.num,), request.label, dtype=torch.long), square
+    if not classes:
+        return None, square
+    per_class = math.ceil(request.num / classes)
+    return conditional.class_rows(classes, per_class), per_class
+
+
+@torch.no_grad()
+def draw(model: Any, count: int, seed: int, kwargs: dict[str, Any], labels: Any) -> torch.Tensor:
+    """`count` images from MMGen's sample_from_noise, BATCH at a time, seeded."""
+    from experiments.gan.engine import seeded
+
+    batches = []
+    with seeded(seed):
+        for start in range(0, count, BATCH):
+            size = min(BATCH, count - start)
+            extra = dict(kwargs)
+            if labels is not None:
+                extra["label"] = labels[start : start + size]
+            images = model.sample_from_noise(None, num_batches=size, **extra)
+            if isinstance(images, dict):  # generators asked to return their noise too
+                images = images["fake_img"]
+            batches.append(images.cpu())
+    return torch.cat(batches)
+
+
+def as_uint8(images: torch.Tensor) -> np.ndarray:
+    """N x H x W x C uint8 in RGB order, the pixels the PNG shows (MMGen trains on BGR)."""
+    pixels = ((images + 1) / 2).clamp(0, 1)
+    if pixels.shape[1] == 3:
+        pixels = pixels[:, [2, 1, 0]]
+    return (pixels * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+
+
+def write_grid(pixels: np.ndarray, per_row: int, path: Path) -> None:
+    """The uint8 images as one grid PNG (no padding, like the run's training grids)."""
+    from PIL import Image
+
+    count, height, width, channels = pixels.shape
+    rows = math.ceil(count / per_row)
+    grid = np.zeros((rows * height, per_row * width, channels), dtype=np.uint8)
+    for index, image in enumerate(pixels):
+        row, column = divmod(index, per_row)
+        grid[row * height : (row + 1) * height, column * width : (column + 1) * width] = image
+    mode = "L" if channels == 1 else "RGB"
+    image = Image.fromarray(grid[..., 0] if channels == 1 else grid, mode=mode)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    image.save(temporary, format="PNG")
+    temporary.replace(path)
+
+
+def sample(argv: list[str]) -> int:
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE, end="")
+        return 0
+    request = parse(argv)
+    from experiments.evaluate import find_target
+    from experiments.gan.evaluate import checkpoint_of, load_model, recorded_plan
+
+    target = find_target(request.target)
+    if target.summary.get("engine") != "mmgen":
+        raise ConfigError(
+            "run",
+            request.target,
+            f"a GAN run (engine mmgen); {target.run_dir} is a run of engine "
+            f"{target.summary.get('engine')}",
+        )
+    plan = recorded_plan(target.run_dir, [])
+    checkpoint = checkpoint_of(target.run_dir, target.checkpoint)
+    model, iteration = load_model(plan, checkpoint)
+    kwargs, generator = generator_kwargs(model, request)
+    labels, per_row = labels_for(model, request, plan.recipe.recipe)
+    count = request.num if labels is None else len(labels)
+    out = request.out or _default_out(target.run_dir, iteration, request, generator, model)
+
+    images = draw(model, count, request.seed, kwargs, labels)
+    pixels = as_uint8(images)
+    write_grid(pixels, per_row, out)
+    layout = (
+        f"one row per class, {per_row} a row"
+        if labels is not None and request.label is None
+        else f"{per_row} a row"
+    )
+    print(
+        f"wrote {out}: {count} images ({layout}) of {checkpoint} (iteration {iteration}, "
+        f"{generator}, seed {request.seed}"
+        + (f", class {request.label}" if request.label is not None else "")
+        + ")"
+    )
+    if request.npz:
+        arrays: dict[str, np.ndarray] = {"images": pixels}
+        if labels is not None:
+            arrays["labels"] = labels.numpy()
+        npz = out.with_suffix(".npz")
+        temporary = npz.with_name(f".{npz.stem}.tmp.npz")
+        np.savez(temporary, **arrays)
+        temporary.replace(npz)
+        colours = "RGB" if pixels.shape[-1] == 3 else "grey"
+        print(f"wrote {npz}: images {pixels.shape} uint8 ({colours})" +
+              (", labels" if labels is not None else ""))  # fmt: skip
+    return 0
+
+
+def _default_out(
+    run_dir: Path, iteration: int, request: Request, generator: str, model: Any
+) -> Path:
+    from experiments.gan import conditional
+
+    name = f"iter_{iteration}_seed_{request.seed}_num_{request.num}"
+    if request.label is not None:
+        name += f"_class_{request.label}"
+    if conditional.uses_ema(model):
+        name += f"_{generator}"
+    return run_dir / SAMPLES_DIR / f"{name}.png"
+
+
+def main() -> None:
+    """Bad input (ConfigError) is exit 2, a run that cannot be sampled (EvaluationError: no
+    readable checkpoint) exit 1, each one line, as experiments-eval."""
+    try:
+        status = sample(sys.argv[1:])
+    except (ConfigError, EvaluationError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        status = ConfigError.exit_code if isinstance(error, ConfigError) else 1
+    sys.exit(status)
