@@ -20,11 +20,13 @@ USAGE = """\
 usage: experiments-eval <run dir | checkpoint> [key=value ...]
 
 Evaluates a run's checkpoint (the newest readable one for a run directory) on the run's own
-validation data and writes <run dir>/eval.json (SNN runs also eval_confusion.png).
+validation data (SNN) or data (GAN) and writes <run dir>/eval.json (SNN runs also
+eval_confusion.png).
 
   SNN runs:  data.<key>=<value>  evaluate on other data (e.g. data.val_size=...)
              trainer.batch_size=N, trainer.workers=N
-  GAN runs:  data.<key>=<value>  and the GAN evaluation's own keys (see its --help)
+  GAN runs:  data=<option>, data.<key>=<value>, model.eval_images=N, seed=N
+             (SWD and MS-SSIM as training computes them; EMA models on the EMA generator)
 """
 
 
