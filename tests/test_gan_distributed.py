@@ -1,9 +1,11 @@
-"""Distributed GAN training and stops that lose nothing: model.ddp=dynamic|static on 2 CPU
-ranks, a SIGKILLed rank restarted by torchrun, SIGTERM handled at an iteration boundary, and
-atomic checkpoint writes. Real processes throughout: the CLI, torchrun, signals, SIGKILL.
+"""Distributed GAN training and stops that lose nothing: model.ddp=dynamic|static on 2 ranks,
+a SIGKILLed rank restarted by torchrun, SIGTERM handled at an iteration boundary (locally and
+as a real Slurm requeue), and atomic checkpoint writes. Real processes throughout: the CLI,
+torchrun, Slurm, signals, SIGKILL.
 
-Budget: four tiny runs (two of them 2-rank torchrun runs). Every failure is injected from
-outside the package: a signal from the test, or the test-only sitecustomize in
+Budget: a 2-rank torchrun run (restarted once), three single-process runs, and a 2-task Slurm
+job (requeued once) on the suite's Slurm cluster. Every failure is injected from outside the
+package: a signal or `scontrol requeue` from the test, or the test-only sitecustomize in
 tests/support/site (EXPERIMENTS_TEST_KILL_DURING_GAN_SAVE).
 """
 
@@ -63,9 +65,18 @@ def _loads(path: Path) -> bool:
     return True
 
 
+# One intra-op thread per process (torchrun gives its workers the same): these runs are tiny,
+# and on a machine shared with other work two threads per process wait on each other (measured
+# at load ~5-7: the SIGTERM test took 90-100 s with torch's default two threads, 15 s with one).
+THREADS = {"OMP_NUM_THREADS": "1"}
+
+
 def _run(args: list[str], run_dir: Path, env: dict | None = None, timeout: float = 300):
     return run_cli(
-        [*args, f"hydra.run.dir={run_dir}"], cwd=run_dir.parent, env=env, timeout=timeout
+        [*args, f"hydra.run.dir={run_dir}"],
+        cwd=run_dir.parent,
+        env={**THREADS, **(env or {})},
+        timeout=timeout,
     )
 
 
@@ -124,45 +135,31 @@ def test_static_ddp_is_refused_for_a_dynamic_architecture() -> None:
 
 @pytest.mark.slow
 @pytest.mark.dist
-def test_static_ddp_on_two_cpu_ranks_keeps_the_replicas_identical(tmp_path: Path) -> None:
-    """MMGen's DDP wrapper (one DDP per generator and discriminator) on gloo ranks that read
-    different batches (DistributedSampler): after training every parameter equals rank 0's."""
-    run_dir = tmp_path / "run"
-    result = _run([*TINY, "model.iters=4", "model.ddp=static", *TWO_RANKS], run_dir)
-    assert result.returncode == 0, result.stderr[-4000:]
-    summary = _summary(run_dir)
-    assert (summary["status"], summary["world_size"], summary["ddp"]) == ("completed", 2, "static")
-    assert summary["metrics"]["replica_max_diff"] == 0.0
-    assert _steps(run_dir) == [1, 2, 3, 4]
-    cfg = (run_dir / "mmgen_config.py").read_text().replace(" ", "")
-    assert "use_ddp_wrapper=True" in cfg and "is_dynamic_ddp=False" in cfg
-    # The wrapper does not leak into checkpoints: the same keys as a dynamic run's, so either
-    # way resumes the other's checkpoints.
-    state = torch.load(_checkpoints(run_dir) / "iter_4.pth", weights_only=True)["state_dict"]
-    assert not [key for key in state if ".module." in key or key.startswith("module.")]
-
-
-@pytest.mark.slow
-@pytest.mark.dist
-def test_a_rank_killed_mid_checkpoint_restarts_and_resumes_from_the_newest_readable_one(
+def test_static_ddp_ranks_killed_mid_checkpoint_restart_in_step_from_the_newest_readable_one(
     tmp_path: Path,
 ) -> None:
-    """Dynamic DDP (dcgan's default), launcher.max_restarts=1. Rank 0 is SIGKILLed half-way
-    through writing iter_4.pth (first torchrun round only); torchrun restarts both ranks, which
-    resume from iter_2.pth, the newest readable checkpoint, and finish in step."""
+    """model.ddp=static: MMGen's DDP wrapper (one DDP per generator and discriminator) on gloo
+    ranks that read different batches (DistributedSampler), launcher.max_restarts=1. Rank 0 is
+    SIGKILLed half-way through writing iter_4.pth (first torchrun round only); torchrun
+    restarts both ranks, which resume from iter_2.pth, the newest readable checkpoint, and
+    finish with every parameter equal to rank 0's. (Dynamic DDP on 2 ranks: the Slurm test
+    here, and test_gan.py's two-rank run.)"""
     run_dir = tmp_path / "run"
     result = _run(
-        [*TINY, "model.iters=6", *TWO_RANKS, "launcher.max_restarts=1",
+        [*TINY, "model.iters=6", "model.ddp=static", *TWO_RANKS, "launcher.max_restarts=1",
          "launcher.monitor_interval=1"],
         run_dir,
         env=_with_site(EXPERIMENTS_TEST_KILL_DURING_GAN_SAVE="4"),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
     summary = _summary(run_dir)
-    assert (summary["status"], summary["ddp"], summary["restarts"]) == ("completed", "dynamic", 1)
-    assert (summary["start"], summary["resumes"]) == ("auto_resume", 1)
-    assert summary["start_checkpoint"] == str(_checkpoints(run_dir) / "iter_2.pth")
+    assert (summary["status"], summary["world_size"], summary["ddp"]) == ("completed", 2, "static")
     assert summary["metrics"]["replica_max_diff"] == 0.0
+    cfg = (run_dir / "mmgen_config.py").read_text().replace(" ", "")
+    assert "use_ddp_wrapper=True" in cfg and "is_dynamic_ddp=False" in cfg
+
+    assert (summary["restarts"], summary["start"], summary["resumes"]) == (1, "auto_resume", 1)
+    assert summary["start_checkpoint"] == str(_checkpoints(run_dir) / "iter_2.pth")
     assert _steps(run_dir) == [1, 2, 3, 4, 5, 6]  # one record per iteration across the kill
     folder = _checkpoints(run_dir)
     assert _names(folder) == ["iter_2.pth", "iter_4.pth", "iter_6.pth", "latest.pth"]
@@ -170,6 +167,10 @@ def test_a_rank_killed_mid_checkpoint_restarts_and_resumes_from_the_newest_reada
     # The torn write never carried a checkpoint's name: the restarted ranks skipped nothing.
     logs = "".join(p.read_text() for p in run_dir.glob("train_rank*.log"))
     assert "skipping unreadable checkpoint" not in logs
+    # The wrapper does not leak into checkpoints: the same keys as a dynamic run's, so either
+    # way resumes the other's checkpoints.
+    state = torch.load(folder / "iter_6.pth", weights_only=True)["state_dict"]
+    assert not [key for key in state if ".module." in key or key.startswith("module.")]
 
 
 @pytest.mark.slow
@@ -198,12 +199,15 @@ def test_sigterm_checkpoints_the_current_iteration_and_the_rerun_resumes_there(
     """Slurm's SIGTERM (requeue, scancel, preemption) mid-training. The checkpoint interval is
     longer than the run, so before this change the rerun started over."""
     run_dir = tmp_path / "run"
-    iters = 30
+    iters = 40
     args = [*TINY, f"model.iters={iters}", "model.checkpoint_interval=1000"]
     stderr_path = tmp_path / "run.stderr"
     with open(stderr_path, "w") as stderr:
         proc = processes.spawn(
-            [CLI, *args, f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=cli_env(), stderr=stderr
+            [CLI, *args, f"hydra.run.dir={run_dir}"],
+            cwd=tmp_path,
+            env=cli_env(THREADS),
+            stderr=stderr,
         )
     deadline = time.time() + 240
     while not ((run_dir / "metrics.jsonl").exists() and len(_steps(run_dir)) >= 2):
@@ -231,3 +235,54 @@ def test_sigterm_checkpoints_the_current_iteration_and_the_rerun_resumes_there(
     logs = sorted(run_dir.glob("*.log.json"))
     resumed = [r["iter"] for r in read_jsonl(logs[-1]) if r.get("mode") == "train"]
     assert resumed == list(range(stopped + 1, iters + 1))  # MMGen's own log of the rerun
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_slurm_requeue_resumes_a_two_task_gan_job_at_the_stopped_iteration(
+    slurm_cluster, tmp_path: Path
+) -> None:
+    """`scontrol requeue` of a running 2-task job on the real cluster: Slurm sends SIGTERM to
+    both tasks, which agree on the iteration to stop at; rank 0 saves it; Slurm starts the job
+    again (restart_count 1) and it resumes there."""
+    iters = 40
+    args = [
+        *TINY,
+        f"model.iters={iters}",
+        "model.checkpoint_interval=1000",
+        "topology=ddp",
+        "launcher=slurm",
+        "launcher.tasks_per_node=2",
+        "launcher.mem_gb=4",
+        "launcher.cpus_per_task=1",
+    ]
+    sweep = tmp_path / "sweep"
+    run_dir = sweep / "0"
+    login = tmp_path / "login.stderr"
+    with open(login, "w") as stderr:  # a file: an unread pipe would fill up and block
+        proc = processes.spawn(
+            [CLI, *args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, env=cli_env(), stderr=stderr
+        )
+    deadline = time.time() + 300
+    while not ((run_dir / "metrics.jsonl").exists() and len(_steps(run_dir)) >= 2):
+        assert time.time() < deadline and proc.poll() is None, login.read_text()[-3000:]
+        time.sleep(0.1)
+    job = _summary(run_dir)["slurm"]["job_id"]
+    requeue = processes.run(["scontrol", "requeue", job], timeout=30)
+    assert requeue.returncode == 0, requeue.stderr
+    assert proc.wait(timeout=400) == 0, login.read_text()[-3000:]
+
+    said = [
+        line
+        for line in (run_dir / "train_rank0.log").read_text().splitlines()
+        if "stopping at iteration" in line
+    ]
+    assert len(said) == 1 and "on signal SIGTERM; checkpoint saved" in said[0]
+    stopped = int(said[0].split("stopping at iteration ")[1].split()[0])
+    assert 2 <= stopped < iters
+    summary = _summary(run_dir)
+    assert (summary["status"], summary["slurm"]["restart_count"]) == ("completed", 1)
+    assert (summary["start"], summary["ddp"]) == ("auto_resume", "dynamic")
+    assert summary["start_checkpoint"] == str(_checkpoints(run_dir) / f"iter_{stopped}.pth")
+    assert _steps(run_dir) == list(range(1, iters + 1))  # nothing lost, nothing twice
+    assert summary["metrics"]["replica_max_diff"] == 0.0
