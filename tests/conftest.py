@@ -284,12 +284,20 @@ LONGEST_FIRST = (
     "test_multinode.py",
     "test_topologies.py",
     "test_gan.py",
+    "test_gan_distributed.py",
     "test_sweeps.py",
+    "test_gan_recipes.py",
+    "test_gan_sample_eval.py",
     "test_fault_tolerance.py",
     "test_slurm.py",
     "test_search.py",
     "test_refusals.py",
     "test_train.py",
+    "test_configs.py",
+    "test_eval.py",
+    "test_classify.py",
+    "test_zoo.py",
+    "test_time_series.py",
 )
 
 

@@ -44,6 +44,7 @@ ENGINE_MODULES = {
     "cpu": "experiments.snn.engines.cpu",
     "spikingjelly": "experiments.snn.engines.spikingjelly",
     "mmgen": "experiments.gan.engine",
+    "classify": "experiments.snn.engines.classify",
 }
 
 
