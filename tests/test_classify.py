@@ -12,6 +12,7 @@ import torch
 
 from experiments.errors import ConfigError
 from experiments.snn.engines import classify
+from experiments.snn.models import build_single_process_model
 
 from .conftest import plan_for, read_jsonl, run_cli
 
@@ -46,7 +47,7 @@ def _evaluate(state: dict, overrides: list[str]) -> float:
     """Accuracy of a state dict on the run's validation data, built from the config alone."""
     plan = plan_for(overrides)
     config = plan.training_config
-    model = classify.build_model(config.model, torch.device("cpu"), 32)
+    model = build_single_process_model(config.model, torch.device("cpu"), 32)
     model.load_state_dict(state)
     model.eval()
     from spikingjelly.activation_based import functional

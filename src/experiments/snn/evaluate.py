@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,24 +143,10 @@ def _plan(run_dir: Path, cfg: DictConfig) -> Any:
 
 
 def _build_model(plan: Any) -> torch.nn.Module:
-    from spikingjelly.activation_based import functional
+    from experiments.snn.models import build_single_process_model
 
     config = plan.training_config
-    builder = config.model.get_builder_cls()(config.model)
-    model, _, _, _ = builder.build(
-        process_group=None,
-        memopt_process_group=None,
-        pipeline_rank=0,
-        pipeline_size=1,
-        pipeline_microbatches=1,
-        device=torch.device("cpu"),
-        micro_batch_size=config.batch_size,
-        memopt_level=0,
-        memopt_compress_inputs=False,
-        memopt_checkpoint_budget="memory",
-    )
-    functional.set_step_mode(model, config.model.step_mode)
-    return model
+    return build_single_process_model(config.model, torch.device("cpu"), config.batch_size)
 
 
 def _merged_state(plan: Any, path: Path) -> tuple[dict[str, torch.Tensor], int]:
@@ -200,18 +187,7 @@ def _load_newest_readable(
         candidates = checkpoints.complete_checkpoints(run_dir / "checkpoints")
         if not candidates:
             raise EvaluationError(f"{run_dir} has no complete checkpoint in checkpoints/")
-    model = _build_model(plan)
-    problems = []
-    for path in candidates:
-        try:
-            state, step = _merged_state(plan, path)
-            model.load_state_dict(state, strict=True)
-            return model, path, step
-        except Exception as error:  # a truncated or foreign shard raises many types
-            problems.append(f"{path.name}: {type(error).__name__}: {error}")
-            print(f"warning: cannot load {path} ({problems[-1]}); trying the previous one",
-                  file=sys.stderr)  # fmt: skip
-    raise EvaluationError("no checkpoint can be loaded: " + "; ".join(problems))
+    return _first_loadable(plan, candidates, lambda path: _merged_state(plan, path))
 
 
 def _load_classify(
@@ -238,11 +214,21 @@ def _load_classify(
         candidates = [path for path in (folder / classify.LATEST, *epochs) if path.is_file()]
         if not candidates:
             raise EvaluationError(f"{run_dir} has no checkpoint in {folder}")
+    return _first_loadable(plan, candidates, classify.load_checkpoint)
+
+
+def _first_loadable(
+    plan: Any,
+    candidates: list[Path],
+    read: Callable[[Path], tuple[dict[str, torch.Tensor], int]],
+) -> tuple[torch.nn.Module, Path, int]:
+    """The model with the first candidate that loads (newest first): a torn or foreign
+    checkpoint is reported and the previous one tried; none loading is an error."""
     model = _build_model(plan)
     problems = []
     for path in candidates:
         try:
-            state, step = classify.load_checkpoint(path)
+            state, step = read(path)
             model.load_state_dict(state, strict=True)
             return model, path, step
         except Exception as error:  # a truncated or foreign file raises many types

@@ -346,27 +346,6 @@ def _torch_load(path: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the engine
 
 
-def build_model(config: Any, device: Any, micro_batch_size: int) -> Any:
-    """The whole model (one process, one stage) from a ModelConfig's builder, as the CPU
-    engine builds it: both engines train the same model from the same config."""
-    from spikingjelly.activation_based import functional
-
-    model, _, _, _ = config.get_builder_cls()(config).build(
-        process_group=None,
-        memopt_process_group=None,
-        pipeline_rank=0,
-        pipeline_size=1,
-        pipeline_microbatches=1,
-        device=device,
-        micro_batch_size=micro_batch_size,
-        memopt_level=0,
-        memopt_compress_inputs=False,
-        memopt_checkpoint_budget="memory",
-    )
-    functional.set_step_mode(model, config.step_mode)
-    return model
-
-
 def train(plan: Any, recorder: Any) -> dict[str, Any]:
     from experiments import distributed_env
 
@@ -552,7 +531,11 @@ def _trainer_class() -> type:
 
         def load_model(self, args: argparse.Namespace, num_classes: int) -> torch.nn.Module:
             """The ModelConfig's builder, as the CPU engine calls it (whole model, one stage)."""
-            model = build_model(self.config.model, torch.device(args.device), args.batch_size)
+            from experiments.snn.models import build_single_process_model
+
+            model = build_single_process_model(
+                self.config.model, torch.device(args.device), args.batch_size
+            )
             self.model = model  # the replicas' parameters (DDP wraps, never copies, it)
             return model
 

@@ -149,3 +149,27 @@ def parameter_count(config: ModelConfig) -> int:
     with torch.device("meta"):
         model = builder._build_canonical_model()
     return sum(parameter.numel() for parameter in model.parameters())
+
+
+def build_single_process_model(
+    config: ModelConfig, device: torch.device, micro_batch_size: int
+) -> torch.nn.Module:
+    """The whole model (one process, one stage) from a ModelConfig's builder, as the CPU
+    engine builds it: the classic Trainer and experiments-eval use the same model the
+    default engine trains from the same config."""
+    from spikingjelly.activation_based import functional
+
+    model, _, _, _ = config.get_builder_cls()(config).build(
+        process_group=None,
+        memopt_process_group=None,
+        pipeline_rank=0,
+        pipeline_size=1,
+        pipeline_microbatches=1,
+        device=device,
+        micro_batch_size=micro_batch_size,
+        memopt_level=0,
+        memopt_compress_inputs=False,
+        memopt_checkpoint_budget="memory",
+    )
+    functional.set_step_mode(model, config.step_mode)
+    return model
