@@ -2,7 +2,7 @@
 # GANs need MMGeneration on mmcv-full, a 20-30 minute build the first time (the wheel is then
 # cached in ~/.cache/experiments/wheels): `make setup-gan`. SNN-only users never wait for it;
 # `make test` installs everything because the suite covers both families.
-.PHONY: setup setup-gan setup-trackers train test check lint bench
+.PHONY: setup setup-gan setup-trackers train test check lint bench mutants
 
 setup:
 	./scripts/setup.sh
@@ -35,3 +35,10 @@ lint: setup
 
 bench: setup-gan
 	.venv/bin/python -m bench.run_all $(ARGS)
+
+# Every kept breakage of tests/mutants/*.toml, each in a scratch copy of the working tree, its
+# test(s) run against it: caught/survived per mutant (not part of `make test`; see README).
+# `make mutants MUTANTS=gan` runs the mutants whose name or file matches. Needs `make setup`
+# once (it installs nothing itself).
+mutants:
+	.venv/bin/python scripts/mutants.py "$(MUTANTS)"
