@@ -70,3 +70,35 @@ def init_process_group(backend: str = "gloo") -> None:
     import torch.distributed as dist
 
     dist.init_process_group(backend)
+
+
+def collective_device(group: Any = None) -> Any:
+    """The device a collective's tensors must live on for `group`'s backend (the default
+    group when None); see `backend_device`.
+
+    Every collective our code issues on a tensor it makes (flags, losses, sums) puts that
+    tensor here, so one code path serves CPU ranks on gloo and GPU ranks on NCCL."""
+    import torch.distributed as dist
+
+    return backend_device(dist.get_backend(group))
+
+
+def backend_device(backend: str) -> Any:
+    """NCCL takes CUDA tensors only, on this rank's current device (a CPU tensor fails: "No
+    backend type associated with device type cpu"); gloo (and any other backend we start)
+    takes CPU tensors."""
+    import torch
+
+    if "nccl" in str(backend).lower():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def collective_tensor(value: Any, group: Any = None, dtype: Any = None) -> Any:
+    """`torch.tensor(value)` on `collective_device(group)` (a tensor is moved there)."""
+    import torch
+
+    device = collective_device(group)
+    if isinstance(value, torch.Tensor):
+        return value.to(device=device, dtype=dtype or value.dtype)
+    return torch.tensor(value, device=device, dtype=dtype)

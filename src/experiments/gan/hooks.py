@@ -124,7 +124,10 @@ def _stop_hook() -> type:
             import torch
             import torch.distributed as dist
 
-            value = torch.tensor([1 if flag else 0], dtype=torch.int32)
+            from experiments import distributed_env
+
+            # On the backend's device: NCCL ranks (train_model on CUDA) take CUDA tensors only.
+            value = distributed_env.collective_tensor([1 if flag else 0], dtype=torch.int32)
             dist.all_reduce(value, op=dist.ReduceOp.MAX)
             return bool(value.item())
 

@@ -175,7 +175,9 @@ class _Trainer:
                 self.train_schedule.step(target=targets, losses=losses)
             else:
                 self.train_schedule.step()
-            loss = torch.stack(losses).mean().detach() if losses else torch.zeros(())
+            loss = distributed_env.collective_tensor(
+                torch.stack(losses).mean().detach() if losses else 0.0
+            )
             dist.broadcast(loss, src=context.last_stage_rank, group=context.pp_group)
             if dims.data_parallel == "ddp" and dims.data_parallel_size > 1:
                 for parameter in self.model.parameters():  # DDP does not wrap pipeline stages

@@ -98,7 +98,7 @@ class ParallelContext:
     def all_true(self, flag: bool) -> bool:
         if not dist.is_initialized():
             return flag
-        value = torch.tensor(int(flag))
+        value = distributed_env.collective_tensor(int(flag))  # the backend's device
         dist.all_reduce(value, op=dist.ReduceOp.MIN)
         return bool(value.item())
 
