@@ -28,7 +28,6 @@ INVALID = [
     (["trainer.workers=-2"], "trainer.workers", ">= 0"),
     (["trainer.checkpoint_interval=-5"], "trainer.checkpoint_interval", ">= 0"),
     (["trainer.engine=tpu"], "trainer.engine", "auto, spikingjelly, cpu"),
-    (["trainer.engine=spikingjelly"], "trainer.engine", "needs CUDA"),
     (["trainer.precision=bf16"], "trainer.precision", "needs CUDA"),
     (["trainer.precision=fp4"], "trainer.precision", "fp32"),
     (["trainer.execution_mode=cuda_graph"], "trainer.execution_mode", "needs CUDA"),

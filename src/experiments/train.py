@@ -350,7 +350,7 @@ def _report(plan: RunPlan, summary: dict[str, Any], logger: dict[str, Any]) -> N
         f"  val_accuracy  {metrics['val_accuracy']:.4f}\n"
         f"  val_loss      {metrics['val_loss']:.4f}\n"
         f"  train_loss    {metrics['train_loss']:.4f} "
-        f"({'last epoch mean' if plan.engine == 'classify' else 'last step'})\n"
+        f"({'last epoch mean' if plan.engine in ('classify', 'spikingjelly') else 'last step'})\n"
         f"  images/s      {metrics['images_per_second']:.1f}\n"
         + _profile_line(metrics)
         + f"  run directory {plan.run_dir.resolve()}"

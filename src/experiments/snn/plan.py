@@ -338,43 +338,61 @@ def _check_validation_split(data: dict[str, Any], dims: ParallelDims, batch_size
         )
 
 
-def _engine(trainer: dict[str, Any], has_cuda: bool, launcher: str) -> str:
+def _engine(trainer: dict[str, Any], has_cuda: bool, launcher: str) -> tuple[str, str]:
+    """(engine, device). `auto` is SpikingJelly's train_classification where the ranks have
+    CUDA and our CPU engine otherwise; `spikingjelly` without CUDA runs the library's own loop
+    on CPU ranks over gloo (its CUDA-only calls mapped inside our processes:
+    engines/spikingjelly_cpu.py)."""
     engine = trainer["engine"]
     if engine == "auto":
         engine = "spikingjelly" if has_cuda else "cpu"
-    if engine == "spikingjelly" and not has_cuda:
-        where = (
-            "launcher.gpus_per_node is 0"
-            if launcher == "slurm"
-            else "this machine has no CUDA device"
-        )
-        raise ConfigError(
-            "trainer.engine",
-            "spikingjelly",
-            "SpikingJelly's train_classification "
-            f"needs CUDA and NCCL, but {where}; use trainer.engine=cpu or auto",
-        )
-    if engine == "cpu":
+    device = "cuda" if engine == "spikingjelly" and has_cuda else "cpu"
+    if device == "cpu":
         for key, value, default in (
             ("precision", trainer["precision"], "fp32"),
             ("execution_mode", trainer["execution_mode"], "eager"),
             ("memopt_level", trainer["memopt_level"], 0),
         ):
             if value != default:
+                where = "launcher.gpus_per_node is 0" if launcher == "slurm" else "no CUDA here"
                 raise ConfigError(
                     f"trainer.{key}",
                     value,
-                    "needs CUDA (SpikingJelly's "
-                    f"train_classification); the CPU engine runs {key}={default}",
+                    f"needs CUDA (SpikingJelly's train_classification on GPUs; {where}); "
+                    f"on CPU ranks both engines run {key}={default}",
                 )
-    elif trainer["profile_steps"]:
+    if engine == "spikingjelly" and trainer["profile_steps"]:
         raise ConfigError(
             "trainer.profile_steps",
             trainer["profile_steps"],
             "0: SpikingJelly's train_classification has no profiler hook; profiling is "
             "for trainer.engine=cpu",
         )
-    return engine
+    return engine, device
+
+
+def _check_cuda_graph(trainer: dict[str, Any], dims: ParallelDims) -> None:
+    """SpikingJelly's loop raises at run time for a CUDA graph over more than one rank
+    (training.py: "Vision CUDA Graph requires a single-rank process"): refused here."""
+    if trainer.get("execution_mode") == "cuda_graph" and dims.world_size > 1:
+        raise ConfigError(
+            "trainer.execution_mode",
+            "cuda_graph",
+            f"needs a single-rank run (world size here: {dims.world_size}); SpikingJelly's "
+            "train_classification captures CUDA graphs on one rank only: use eager or compile",
+        )
+
+
+def timing_warmup_steps(trainer: dict[str, Any]) -> int:
+    """Steps the library leaves out of images/s: compilation (compile) and graph capture
+    (cuda_graph, after its warm-up steps) would otherwise count as training time. Kept below
+    max_steps (TrainingConfig requires it)."""
+    mode = trainer.get("execution_mode", "eager")
+    graph_warmup = TrainingConfig.__dataclass_fields__["cuda_graph_warmup_steps"].default
+    steps = {"eager": 0, "compile": 3, "cuda_graph": graph_warmup + 1}.get(mode, 0)
+    if trainer.get("max_steps") is not None:
+        steps = min(steps, int(trainer["max_steps"]) - 1)
+    return max(steps, 0)
 
 
 def _training_config(
@@ -409,6 +427,7 @@ def _training_config(
             execution_mode=trainer["execution_mode"],
             memopt_level=trainer["memopt_level"],
             max_steps=trainer["max_steps"],
+            timing_warmup_steps=timing_warmup_steps(trainer),
             checkpoint_dir=run_dir / CHECKPOINT_DIRNAME,
             checkpoint_interval=trainer["checkpoint_interval"],
             resume=Path(resume) if resume not in (None, "auto") else None,
@@ -480,8 +499,8 @@ def build_snn_plan(
             input_layout=input_layout(values["data"]),
         )
     else:
-        engine = _engine(trainer, module.has_cuda(launcher), launcher["name"])
-        device = "cuda" if engine == "spikingjelly" else "cpu"
+        engine, device = _engine(trainer, module.has_cuda(launcher), launcher["name"])
+        _check_cuda_graph(trainer, dims)
     if trainer.get("memopt_level") and not caps.memopt:
         raise ConfigError(
             "trainer.memopt_level", trainer["memopt_level"], f"0: {model_name} has no memopt split"
