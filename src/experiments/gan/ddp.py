@@ -111,6 +111,27 @@ def apply(cfg: Any, ddp: str) -> None:
             runner.is_dynamic_ddp = True
 
 
+REPLICATED_TENSOR_FLAG = "_use_replicated_tensor_module"
+
+
+def install_replicated_tensor_fix() -> None:
+    """mmcv 1.7.2's `MMDistributedDataParallel._run_ddp_forward` reads
+    `self._use_replicated_tensor_module`, which older torch DDP set in `__init__` and torch
+    2.14's no longer does: every forward through an MMDistributedDataParallel raises
+    AttributeError. That is each generator/discriminator call in the first train_step under
+    MMGen's static DDP wrapper, and the sample hook under the dynamic runner.
+
+    The value goes on the class (False: torch's own value when it had the feature), so every
+    instance has it whoever builds it and on any device: ours on CPU ranks, and MMGen's
+    `train_model(distributed=True)` on CUDA (its MMDistributedDataParallel and the ones its
+    DistributedDataParallelWrapper builds). Idempotent, in this process only; nothing in mmcv
+    is edited, and a torch that sets the attribute again keeps its own per-instance value."""
+    from mmcv.parallel import MMDistributedDataParallel
+
+    if not hasattr(MMDistributedDataParallel, REPLICATED_TENSOR_FLAG):
+        setattr(MMDistributedDataParallel, REPLICATED_TENSOR_FLAG, False)
+
+
 def cpu_wrapper(model: Any) -> Any:
     """MMGen's DistributedDataParallelWrapper on CPU ranks (see the module docstring)."""
     return _wrapper_class()(model, broadcast_buffers=False, find_unused_parameters=False)
@@ -141,10 +162,8 @@ def _wrapper_class() -> type:
             self.output_device = None
             for name, part in module._modules.items():
                 if any(p.requires_grad for p in part.parameters()):
-                    wrapped = MMDistributedDataParallel(part, dim=dim, **kwargs)
-                    # mmcv 1.7.2's forward reads an attribute torch 2.x DDP no longer sets.
-                    wrapped._use_replicated_tensor_module = False
-                    module._modules[name] = wrapped
+                    # (its forward needs install_replicated_tensor_fix, as on CUDA)
+                    module._modules[name] = MMDistributedDataParallel(part, dim=dim, **kwargs)
 
         def scatter(self, inputs: Any, kwargs: Any, device_ids: Any = None) -> Any:
             return scatter_kwargs(inputs, kwargs, [-1], dim=self.dim)

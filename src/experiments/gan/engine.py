@@ -205,6 +205,9 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
     mmgen_compat.import_mmgen()
     _register_record_hook()
     gan_hooks.register()
+    # Before any DDP is built, on every device: train_model's CUDA wrappers need it as much
+    # as our CPU ones (ddp.py).
+    gan_ddp.install_replicated_tensor_fix()
     from mmgen.apis import set_random_seed, train_model
     from mmgen.datasets import build_dataset
     from mmgen.utils import get_root_logger
@@ -212,7 +215,7 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
     from experiments.gan.recipes import build_model
 
     world_size = plan.dims.world_size
-    distributed = world_size > 1
+    distributed = plan.distributed  # also one rank under torchrun/Slurm with topology=ddp
     if distributed and not dist.is_initialized():
         if plan.device == "cuda":
             torch.cuda.set_device(distributed_env.local_rank())
@@ -320,6 +323,7 @@ def _replica_max_diff(model: Any) -> float:
     """Largest difference between any rank's parameters and rank 0's: 0 when MMGen's
     dynamic-DDP reducer kept the replicas in step."""
     flat = torch.cat([p.detach().flatten().float() for p in model.parameters()])
+    flat = distributed_env.collective_tensor(flat)  # the backend's device (NCCL: CUDA)
     reference = flat.clone()
     dist.broadcast(reference, 0)
     diff = (flat - reference).abs().max()
@@ -365,10 +369,7 @@ def _train_cpu_ddp(model: Any, dataset: Any, cfg: Any, timestamp: str, meta: dic
             model,
             broadcast_buffers=False,
             find_unused_parameters=cfg.get("find_unused_parameters", False),
-        )
-        # mmcv 1.7.2's MMDDP forward (used by the sample hook) reads an attribute that torch
-        # 2.x DistributedDataParallel no longer sets.
-        ddp._use_replicated_tensor_module = False
+        )  # its forward (the sample hook's) needs gan_ddp.install_replicated_tensor_fix
     runner_cfg = dict(cfg.runner)
     runner = build_runner(
         runner_cfg,

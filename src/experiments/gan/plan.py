@@ -45,6 +45,9 @@ class GANPlan:
     seed: int
     image_root: Path
     objective: str = OBJECTIVE
+    # MMGen's distributed path (a process group, DDP): more than one rank, or topology=ddp
+    # under a launcher that starts ranks even with one (as MMGen's dist_train.sh CONFIG 1).
+    distributed: bool = False
     # "key: old -> new" for each key this launch raises on a recorded run (run/recorded_config.py)
     extensions: list[str] = field(default_factory=list)
 
@@ -69,6 +72,7 @@ class GANPlan:
             "backend": self.backend,
             "world_size": self.dims.world_size,
             "ddp": gan_ddp.configured(self.mmgen_config),
+            "distributed": self.distributed,
             "mesh": self.dims.as_dict(),
             "batch": {"per_rank": self.recipe.batch_size, "global": self.global_batch},
             "iters": self.recipe.iters,
@@ -102,7 +106,7 @@ class GANPlan:
             f"{self.recipe.scale}",
             f"  engine     MMGen train_model on {self.device} (backend {self.backend})",
             f"  topology   {plan['topology']}: world size {self.dims.world_size}"
-            + (f", {plan['ddp']} DDP (model.ddp)" if self.dims.world_size > 1 else ""),
+            + (f", {plan['ddp']} DDP (model.ddp)" if self.distributed else ""),
             f"  batch      {self.recipe.batch_size} per rank, {self.global_batch} global; "
             f"{self.recipe.iters} iterations",
             f"  start      {start}",
@@ -152,7 +156,10 @@ def build_gan_plan(
     configs_root(model_name)  # MMGen is installed, else the message says how to install it
     mmgen_compat.import_mmgen()
     config = build_config(recipe, values["data"], image_root, channels, run_dir, values["seed"])
-    if dims.world_size == 1 and config.get("runner"):
+    distributed = dims.world_size > 1 or (
+        topology["name"] == "ddp" and launcher["name"] in ("torchrun", "slurm")
+    )
+    if not distributed and config.get("runner"):
         # The recipe's dynamic-DDP runner asks the model for a DDP reducer, which a single
         # process (MMDataParallel) has not: MMGen's single-GPU runs set this flag to False.
         config.runner.is_dynamic_ddp = False
@@ -179,6 +186,7 @@ def build_gan_plan(
         load_from=load_from,
         seed=values["seed"],
         image_root=image_root,
+        distributed=distributed,
     )
 
 

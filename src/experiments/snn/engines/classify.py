@@ -16,7 +16,9 @@ subclass, and nothing more than the seams it offers:
 
 On CPU ranks its DDP path needs two things it hard-codes for CUDA (NCCL in
 `utils.init_distributed_mode`, `device_ids=[args.gpu]`): both are swapped for the duration
-of `Trainer.main` in this process only (`_cpu_ranks`), never on disk.
+of `Trainer.main` in this process only (`_distributed_init`, `_cpu_ranks`), never on disk. On
+every device a process that our launcher did not start as a rank runs alone, even inside a
+Slurm allocation (`_distributed_init`).
 
 Checkpoints are the Trainer's own: `<run>/checkpoints/pt/classify/checkpoint_latest.pth`
 (+ `checkpoint_<epoch>.pth`, `checkpoint_max_test_acc1.pth`); `load_checkpoint` reads one.
@@ -389,12 +391,56 @@ def _library_patches(device: str) -> Iterator[None]:
     runs on gloo."""
     import torch
 
-    with torch.serialization.safe_globals([argparse.Namespace]), _multistep_sync_bn():
+    with (
+        torch.serialization.safe_globals([argparse.Namespace]),
+        _multistep_sync_bn(),
+        _distributed_init(device),
+    ):
         if device != "cpu":
             yield
             return
         with _cpu_ranks():
             yield
+
+
+@contextlib.contextmanager
+def _distributed_init(device: str) -> Iterator[None]:
+    """The Trainer's `utils.init_distributed_mode`, on every device, minus its Slurm guess.
+
+    Our launchers export RANK and WORLD_SIZE to every rank of a multi-process run (torchrun;
+    Slurm tasks through submitit's TorchDistributedEnvironment). Without them this process is
+    the whole run (launcher=local), but inside a Slurm allocation (a `salloc` shell, an sbatch
+    script) SLURM_PROCID is set, and the library then takes itself for rank SLURM_PROCID of a
+    distributed run: it initialises NCCL through env:// without MASTER_ADDR (on CUDA) or
+    divides by torch.cuda.device_count() == 0 (on CPU). Here such a process runs alone, as the
+    library does outside Slurm. With RANK set: the library's own set-up on CUDA (NCCL), gloo
+    without a CUDA device on CPU ranks."""
+    import torch.distributed as dist
+    from spikingjelly.activation_based.examples.common.tv_ref_classify import utils
+
+    original_init = utils.init_distributed_mode
+
+    def init_distributed_mode(args: argparse.Namespace) -> None:
+        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+            args.distributed = False  # the library's "Not using distributed mode"
+            return
+        if device != "cpu":
+            original_init(args)
+            return
+        args.rank = int(os.environ["RANK"])
+        args.world_size = int(os.environ["WORLD_SIZE"])
+        args.gpu = None
+        args.distributed = True
+        args.dist_backend = "gloo"
+        dist.init_process_group(
+            backend="gloo", init_method=args.dist_url, world_size=args.world_size, rank=args.rank
+        )
+
+    utils.init_distributed_mode = init_distributed_mode
+    try:
+        yield
+    finally:
+        utils.init_distributed_mode = original_init
 
 
 @contextlib.contextmanager
@@ -444,41 +490,21 @@ _SYNC_BN: type | None = None
 
 @contextlib.contextmanager
 def _cpu_ranks() -> Iterator[None]:
+    """DDP of a CPU module takes no device_ids; the Trainer passes [args.gpu]."""
     import torch
-    import torch.distributed as dist
-    from spikingjelly.activation_based.examples.common.tv_ref_classify import utils
 
-    original_init = utils.init_distributed_mode
     original_ddp = torch.nn.parallel.DistributedDataParallel
 
-    def init_distributed_mode(args: argparse.Namespace) -> None:
-        """The library's, with gloo for NCCL and no CUDA device to pick."""
-        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-            original_init(args)  # one process: it says so and sets distributed=False
-            return
-        args.rank = int(os.environ["RANK"])
-        args.world_size = int(os.environ["WORLD_SIZE"])
-        args.gpu = None
-        args.distributed = True
-        args.dist_backend = "gloo"
-        dist.init_process_group(
-            backend="gloo", init_method=args.dist_url, world_size=args.world_size, rank=args.rank
-        )
-
     class CPUDistributedDataParallel(original_ddp):  # type: ignore[misc, valid-type]
-        """DDP of a CPU module takes no device_ids; the Trainer passes [args.gpu]."""
-
         def __init__(self, module: Any, device_ids: Any = None, *rest: Any, **kwargs: Any):
             if device_ids == [None]:
                 device_ids = None
             super().__init__(module, device_ids, *rest, **kwargs)
 
-    utils.init_distributed_mode = init_distributed_mode
     torch.nn.parallel.DistributedDataParallel = CPUDistributedDataParallel
     try:
         yield
     finally:
-        utils.init_distributed_mode = original_init
         torch.nn.parallel.DistributedDataParallel = original_ddp
 
 
@@ -493,6 +519,7 @@ def _trainer_class() -> type:
     from spikingjelly.activation_based.examples.common.tv_ref_classify import utils
     from torch.utils.data import DistributedSampler
 
+    from experiments import distributed_env
     from experiments.data import import_object
 
     class ClassifyTrainer(train_classify.Trainer):
@@ -548,6 +575,7 @@ def _trainer_class() -> type:
         def replica_spread(self) -> float:
             """Largest difference of any parameter's sum across the DDP replicas (0: in step)."""
             sums = torch.stack([p.detach().double().sum() for p in self.model.parameters()])
+            sums = distributed_env.collective_tensor(sums)  # NCCL: on this rank's GPU
             gathered = [torch.empty_like(sums) for _ in range(torch.distributed.get_world_size())]
             torch.distributed.all_gather(gathered, sums)
             stacked = torch.stack(gathered)
