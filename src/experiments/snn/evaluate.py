@@ -172,9 +172,58 @@ def _merged_state(plan: Any, path: Path) -> tuple[dict[str, torch.Tensor], int]:
     return merged, int(meta["step"])
 
 
+def _library_mesh(run_dir: Path) -> tuple[int, int] | None:
+    """(pp, tp) of a run that SpikingJelly's own loop trained (trainer.engine=spikingjelly:
+    its `step_N/` folders hold config.json and one DCP folder per (pp, tp) rank); else None."""
+    summary = read_summary(run_dir) or {}
+    if summary.get("engine") != "spikingjelly":
+        return None
+    _, pipeline, tensor = summary.get("mesh", {}).get("shape", [1, 1, 1])
+    return int(pipeline), int(tensor)
+
+
+def _library_state(plan: Any, path: Path, mesh: tuple[int, int]) -> tuple[dict, int]:
+    """One of SpikingJelly's DCP checkpoints: each (pp, tp) folder's full model state (the
+    library saves with full_state_dict=True), read without a process group, then merged like
+    ours."""
+    import tempfile
+
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    from experiments.snn.engines.spikingjelly import checkpoint_step, torn_reason
+
+    pipeline, tensor = mesh
+    reason = torn_reason(path, pipeline * tensor)
+    if reason is not None:
+        raise EvaluationError(f"{path} is not a complete SpikingJelly checkpoint ({reason})")
+    shards = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for pp in range(pipeline):
+            for tp in range(tensor):
+                flat = Path(scratch) / f"pp_{pp}_tp_{tp}.pt"
+                dcp_to_torch_save(path / f"pp_{pp:04d}_tp_{tp:04d}", flat)
+                state = torch.load(flat, map_location="cpu", weights_only=True)
+                shards.append((pp, tp, state["model"]))
+    model = plan.training_config.model
+    builder = model.get_builder_cls()(model)
+    merged = builder.merge_state_dicts(shards, pipeline_size=pipeline, tensor_size=tensor)
+    return merged, checkpoint_step(path)
+
+
 def _load_newest_readable(
     plan: Any, run_dir: Path, chosen: Path | None
 ) -> tuple[torch.nn.Module, Path, int]:
+    mesh = _library_mesh(run_dir)
+    if mesh is not None:
+        from experiments.snn.engines.spikingjelly import scan_checkpoints
+
+        if chosen is not None:
+            candidates = [chosen]
+        else:
+            candidates, _ = scan_checkpoints(run_dir / "checkpoints", mesh[0] * mesh[1])
+            if not candidates:
+                raise EvaluationError(f"{run_dir} has no complete checkpoint in checkpoints/")
+        return _first_loadable(plan, candidates, lambda path: _library_state(plan, path, mesh))
     if chosen is not None:
         if not (chosen / checkpoints.META).is_file():
             raise ConfigError(

@@ -344,8 +344,10 @@ class _Trainer:
                 step += 1
                 profiler.step()
                 last_loss = loss.item()
-                epoch_loss += last_loss
-                epoch_steps += 1
+                # SpikingJelly's epoch mean weighs each step by its samples (a short last
+                # batch counts less): epoch_steps counts samples, epoch_loss their sum.
+                epoch_loss += last_loss * targets.numel()
+                epoch_steps += targets.numel()
                 bar.update(1)
                 bar.set_postfix(
                     loss=f"{last_loss:.4f}",

@@ -151,13 +151,6 @@ def _init_process_group(device: str) -> bool:
     return True
 
 
-def collective_device(device: str) -> torch.device:
-    """Where a tensor of one of our collectives lives: NCCL takes CUDA tensors only."""
-    if device == "cuda":
-        return torch.device("cuda", distributed_env.local_rank())
-    return torch.device("cpu")
-
-
 def _broadcast(value: Any) -> Any:
     holder = [value]
     dist.broadcast_object_list(holder, src=0)
@@ -232,7 +225,7 @@ def train(plan: RunPlan, recorder: RunRecorder) -> dict[str, Any]:
     from experiments.snn.engines.spikingjelly_loop import LoopHooks
 
     initialized_here = _init_process_group(plan.device)
-    device = collective_device(plan.device)
+    device = distributed_env.collective_device()  # NCCL: this rank's GPU; gloo: CPU
     stop = GracefulStop().install() if distributed_env.in_slurm_job() else None
     try:
         decided = _decide_resume(plan) if dist.get_rank() == 0 else None

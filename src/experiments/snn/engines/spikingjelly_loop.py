@@ -31,6 +31,7 @@ import logging
 import math
 import sys
 import time
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -95,9 +96,11 @@ class LoopHooks:
         on_cpu = self.plan.device == "cpu"
         cuda = _HookedCuda(CudaOnCPU() if on_cpu else torch.cuda, self)
         saved = {
-            name: getattr(training, name) for name in ("torch", "_evaluate", "_evaluate_pipeline")
+            name: getattr(training, name)
+            for name in ("torch", "dist", "_evaluate", "_evaluate_pipeline")
         }
         training.torch = view_of_torch(cuda, on_cpu)
+        training.dist = DistView()
         training._evaluate = self._skipped_when_stopping(saved["_evaluate"])
         training._evaluate_pipeline = self._skipped_when_stopping(saved["_evaluate_pipeline"])
         try:
@@ -199,6 +202,30 @@ class LoopHooks:
             import shutil
 
             shutil.rmtree(old, ignore_errors=True)
+
+
+class DistView(types.SimpleNamespace):
+    """torch.distributed for the library's module, with `new_group` keeping torch 2.14's
+    group counter the same on every rank.
+
+    The loop creates one checkpoint group per model-parallel rank with
+    `use_local_synchronization=True`; torch 2.14 increments `_world.group_count` for the
+    members only (non-members return first), so the next group's name differs between ranks.
+    Measured with gloo, dp=2 x tp=2: every rank waits forever in the next `new_group` (the
+    memopt stage group). Non-members advance the counter as members do (what torch's own
+    comment in `_process_group_name` says the counter is for)."""
+
+    def new_group(self, ranks: Any = None, *args: Any, **kwargs: Any) -> Any:
+        group = dist.new_group(ranks, *args, **kwargs)
+        local = kwargs.get("use_local_synchronization") and ranks is not None
+        if local and dist.get_rank() not in ranks:
+            import torch.distributed.distributed_c10d as c10d
+
+            c10d._world.group_count += 1
+        return group
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(dist, name)
 
 
 class _HookedCuda:
