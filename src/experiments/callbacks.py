@@ -29,6 +29,8 @@ composed = False
 # The plan on_run_start built for a single run; the task function reuses it instead of
 # validating (and building the model on the meta device) a second time.
 planned: Any = None
+# How many points a basic-sweeper sweep has (None: a sweeper that picks them as it goes).
+sweep_size: int | None = None
 
 
 def print_config_error(error: ConfigError) -> None:
@@ -151,6 +153,88 @@ def _as_one_array(plans: list[Any], launcher: dict[str, Any], points: int) -> No
             plan.launch_command = slurm.command(launcher, [], str(plan.run_dir), points=points)
 
 
+def _hold_sweep(config: DictConfig) -> None:
+    """One launch per sweep directory: a second launch of a running sweep is refused here,
+    before it writes anything (run/lock.py; released when this process ends). A local
+    sweep's login also takes Ctrl-C from here on (launchers/local.py)."""
+    from experiments.run import lock
+
+    lock.hold(Path(config.hydra.sweep.dir), lock.SWEEP_LOCK)
+    if _slurm_launcher(config) is None:
+        from experiments.launchers import local
+
+        local.login_catches_ctrl_c()
+    else:
+        _slurm_login_catches_ctrl_c(Path(config.hydra.sweep.dir))
+
+
+def _slurm_login_catches_ctrl_c(sweep_dir: Path) -> None:
+    """Ctrl-C at the login of a blocking Slurm sweep: the jobs are Slurm's, not this
+    process's children, so they are left running (a stray Ctrl-C never throws away cluster
+    work). The report is written as it stands, and the message names the jobs, how to stop
+    them (scancel: their running points checkpoint and end `interrupted`, pending ones never
+    start) and that the same command continues the sweep."""
+    import signal
+    import time
+
+    started = time.time() - 1
+
+    def handle(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C: at once
+        from experiments.report import format_outcome, write_report
+
+        try:
+            print(format_outcome(sweep_dir, write_report(sweep_dir)))
+        except Exception as error:  # the message below matters more than the report
+            print(f"(sweep report not written: {error})", file=sys.stderr)
+        jobs = _submitted_jobs(sweep_dir / ".submitit", started)
+        named = " ".join(jobs) or "(none submitted yet)"
+        print(
+            f"Ctrl-C: the Slurm jobs of this sweep were left running: {named}; they record "
+            f"their points themselves. To stop them: scancel {named} (running points stop "
+            "after a checkpoint, `interrupted`; pending ones never start). Once they have "
+            f"ended, the same command continues the sweep: {user_command()}",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(130)
+
+    signal.signal(signal.SIGINT, handle)
+
+
+def _submitted_jobs(folder: Path, since: float) -> list[str]:
+    """The Slurm job (array) ids this login submitted: submitit's folders made since."""
+    try:
+        entries = [p for p in folder.iterdir() if p.is_dir() and p.stat().st_mtime >= since]
+    except OSError:
+        return []
+    ids = {p.name.split("_")[0] for p in entries if p.name.split("_")[0].isdigit()}
+    return sorted(ids, key=int)
+
+
+def stop_sweep(hydra_cfg: Any) -> None:
+    """Ctrl-C at a local sweep, once the running point has stopped: write the report, say
+    what stopped, what never started and how to continue, exit 130 (as a shell reports
+    Ctrl-C). Called by the task function in the login, between points."""
+    from experiments.report import format_outcome, write_report
+
+    sweep_dir = Path(hydra_cfg.sweep.dir)
+    outcome = write_report(sweep_dir)
+    print(format_outcome(sweep_dir, outcome))
+    done = {row["point"] for row in outcome["rows"] if row["status"] == "completed"}
+    total = sweep_size if sweep_size is not None else len(outcome["rows"])
+    left = [str(n) for n in range(total) if str(n) not in done]
+    print(
+        f"Ctrl-C: the sweep stopped; {len(done)} of {total} points completed"
+        + (f", points {', '.join(left)} to do" if left else "")
+        + " (interrupted points resume from their checkpoints). The same command continues "
+        f"the sweep: {user_command()}",
+        file=sys.stderr,
+        flush=True,
+    )
+    sys.exit(130)
+
+
 def _prepare_trackers(config: DictConfig) -> None:
     """The sweep's shared tracker stores, made once here rather than by racing points."""
     if not config.get("logger"):
@@ -162,6 +246,14 @@ def _prepare_trackers(config: DictConfig) -> None:
     loggers.prepare_sweep(
         OmegaConf.to_container(config.logger, resolve=True), Path(config.hydra.sweep.dir)
     )
+
+
+def _launch_token(plan: Any) -> str | None:
+    """Multi-node torchrun: the rendezvous (endpoint and id), the same on every node."""
+    rendezvous = [
+        a for a in plan.launch_command if a.startswith(("--rdzv-endpoint=", "--rdzv-id="))
+    ]
+    return "torchrun:" + ":".join(rendezvous) if len(rendezvous) == 2 else None
 
 
 class ExperimentsCallback(Callback):
@@ -202,7 +294,8 @@ class ExperimentsCallback(Callback):
                 sweep_dir,
                 [path for path in shipped if path.exists()],
             )
-        if outcome["failed"] or outcome["interrupted"]:
+        unreadable = [r for r in outcome["rows"] if r["status"] == "unreadable"]
+        if outcome["failed"] or outcome["interrupted"] or unreadable:
             sys.exit(1)
 
     @_refuse_on_failure
@@ -240,8 +333,11 @@ class ExperimentsCallback(Callback):
                     else plan.as_text()
                 )
                 sys.exit(0)
+            _hold_sweep(config)
             _prepare_trackers(config)
             return
+        global sweep_size
+        sweep_size = len(points)
         swept = asked_for_sweep() or len(points) > 1
         plans: list[Any] = []
         refusals: list[tuple[int, str]] = []
@@ -277,6 +373,7 @@ class ExperimentsCallback(Callback):
                     _print(f"--- sweep point {number}: {' '.join(points[number])}")
                 _print(plan.as_text())
             sys.exit(0)
+        _hold_sweep(config)
         _prepare_trackers(config)
 
     @_refuse_on_failure
@@ -287,6 +384,10 @@ class ExperimentsCallback(Callback):
 
         HydraConfig.instance().set_config(config)  # lets ${hydra:...} resolve this early
         hydra = config.hydra
+        if not (distributed_env.is_worker() or distributed_env.in_slurm_job() or config.dry_run):
+            from experiments.run import lock
+
+            lock.refuse_if_held(Path(hydra.run.dir))  # another run's: say so, not its config
         try:
             plan = build_plan(
                 config,
@@ -298,7 +399,10 @@ class ExperimentsCallback(Callback):
             print_config_error(error)
             sys.exit(ConfigError.exit_code)
         planned = plan
+        from experiments.run import lock
+
         if distributed_env.is_worker():
+            lock.hold(plan.run_dir)  # a rank of the run its launching process holds: joins
             return  # the launching process already printed the plan / wrote .hydra
         if config.dry_run == "json":
             import json
@@ -308,3 +412,8 @@ class ExperimentsCallback(Callback):
         if config.dry_run:
             _print(plan.as_text())
             sys.exit(0)
+        # Before Hydra makes the directory or writes .hydra/: a second run is refused here,
+        # having written nothing (run/lock.py). Multi-node torchrun: every node's launching
+        # process runs this command; they share one token and join one another.
+        lock.hold(plan.run_dir, shared=_launch_token(plan))
+        lock.check_readable(plan.run_dir)

@@ -27,12 +27,14 @@ from experiments.callbacks import print_config_error
 from experiments.composition import user_overrides
 from experiments.errors import ConfigError
 from experiments.plan import build_plan
-from experiments.run import failures
+from experiments.run import failures, lock
 from experiments.run.checkpoint import CheckpointError
 from experiments.run.record import (
     COMMAND_ENV,
+    NoSpaceError,
     RunRecorder,
     git_commit,
+    no_space,
     read_summary,
     user_command,
     versions,
@@ -59,7 +61,21 @@ def app(cfg: DictConfig) -> float | None:
         from experiments.launchers import slurm
 
         slurm.export_rank_env()
+    from experiments.launchers import local
+
+    if local.is_sweep_point():
+        local.point_stops_on_ctrl_c()  # Ctrl-C at the sweep: checkpoint, `interrupted`
+    sweep_login = hydra_cfg.mode == RunMode.MULTIRUN and not (
+        distributed_env.is_worker() or distributed_env.in_slurm_job()
+    )
     try:
+        # One writer per run directory (run/lock.py): a single run took it before Hydra made
+        # the directory (callbacks.on_run_start); a local sweep's login holds its point's for
+        # the point's process, which joins it; a Slurm task joins its job's.
+        if sweep_login and local.ctrl_c_received():
+            callbacks.stop_sweep(hydra_cfg)  # Ctrl-C between points: start no other one
+        lock.hold(Path(hydra_cfg.runtime.output_dir))
+        lock.check_readable(Path(hydra_cfg.runtime.output_dir))  # a newer version's: refused
         plan = callbacks.planned  # a single run was planned before Hydra made its directory
         if plan is None or plan.run_dir != Path(hydra_cfg.runtime.output_dir):
             plan = build_plan(  # a sweep point (or a plan for another directory)
@@ -68,13 +84,26 @@ def app(cfg: DictConfig) -> float | None:
                 list(hydra_cfg.overrides.task),
                 dict(hydra_cfg.runtime.choices),
             )
-        return run(
+        value = run(
             plan,
             cwd=hydra_cfg.runtime.cwd,
             warm_points=_warm_points(cfg),
             logger=_container(cfg.get("logger")),
             config=OmegaConf.to_container(cfg, resolve=True),
         )
+        if sweep_login and local.ctrl_c_received():
+            callbacks.stop_sweep(hydra_cfg)  # the point stopped (or ended): no further one
+        return value
+    except lock.RunDirRefused as error:  # another run's or version's: write nothing into it
+        print(f"error: {error}", file=sys.stderr)
+        if hydra_cfg.mode != RunMode.MULTIRUN or distributed_env.is_worker():
+            sys.exit(ConfigError.exit_code)
+        return math.nan
+    except NoSpaceError as error:  # e.g. summary.json at the start: one line, no traceback
+        print(f"error: {error}", file=sys.stderr)
+        if hydra_cfg.mode != RunMode.MULTIRUN or distributed_env.is_worker():
+            sys.exit(1)
+        return math.nan
     except Exception as error:
         if hydra_cfg.mode != RunMode.MULTIRUN or distributed_env.is_worker():
             if isinstance(error, ConfigError):  # a single run's config was checked earlier
@@ -90,6 +119,9 @@ def app(cfg: DictConfig) -> float | None:
         where = f"sweep point {hydra_cfg.job.num}" if callbacks.asked_for_sweep() else "run"
         log.error("%s failed: %s", where, error)
         return math.nan
+    finally:
+        if sweep_login:  # the point's process has ended: the next launch may take it
+            lock.release(Path(hydra_cfg.runtime.output_dir))
 
 
 def _record_failure(run_dir: Path, overrides: list[str], error: Exception) -> None:
@@ -158,7 +190,18 @@ def run(
         recorder.finish("failed", error=str(error))
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(1) from None
+    except KeyboardInterrupt:  # Ctrl-C before the engine could stop at a step boundary
+        watchdog.stop()
+        recorder.finish(
+            "interrupted", interrupted="Ctrl-C; the same command resumes from the last checkpoint"
+        )
+        raise
     except BaseException as error:
+        full = no_space(error)
+        if full is not None and plan.dims.world_size == 1:
+            watchdog.stop()
+            _finish_no_space(recorder, full)
+            raise SystemExit(1) from None
         watchdog.stop()
         log.error("run failed:\n%s", traceback.format_exc())
         text = f"{type(error).__name__}: {error}"
@@ -176,6 +219,26 @@ def run(
     if recorder.enabled:
         _report(plan, recorder.summary, logger or {})
     return metrics.get(plan.objective)
+
+
+def _finish_no_space(recorder: RunRecorder, full: NoSpaceError) -> None:
+    """A full disk or quota: one line (the path, the bytes it needed), no traceback. The
+    failed write left the previous checkpoint and records as they were; summary.json says
+    `failed` if even that small write still fits."""
+    print(f"{chr(10) if sys.stderr.isatty() else ''}error: {full}", file=sys.stderr)  # past a bar
+    try:
+        recorder.finish("failed", error=str(full))
+    except NoSpaceError:
+        print(f"  (summary.json could not be updated either: {_free(recorder)})", file=sys.stderr)
+
+
+def _free(recorder: RunRecorder) -> str:
+    import shutil
+
+    try:
+        return f"{shutil.disk_usage(recorder.run_dir).free} bytes free"
+    except OSError as error:
+        return str(error)
 
 
 def _finish_failed(recorder: RunRecorder, cause: dict[str, Any]) -> None:
@@ -238,6 +301,11 @@ def _launch_child(plan: RunPlan, command: list[str], warm_points: bool = False) 
     """The children share this run directory; rank 0 among them writes the record. A local
     sweep's point runs in a fork of the sweep's warm process (launchers/warm_points.py)."""
     env = {**os.environ, distributed_env.WORKER_ENV: "1", COMMAND_ENV: user_command()}
+    env.update(lock.child_env(plan.run_dir))  # they join this run's lock (run/lock.py)
+    if plan.choices.get("launcher") == "local":
+        from experiments.launchers import local
+
+        env[local.SWEEP_POINT_ENV] = "1"  # Ctrl-C at the sweep stops it gracefully
     if plan.choices.get("launcher") == "torchrun":
         from experiments.launchers import torchrun
 
@@ -252,6 +320,14 @@ def _launch_child(plan: RunPlan, command: list[str], warm_points: bool = False) 
     else:
         returncode = subprocess.run(command, env=env, check=False).returncode
     summary = read_summary(plan.run_dir) or {}
+    from experiments.launchers import local
+
+    stopped = summary.get("status") == "interrupted" or (
+        local.ctrl_c_received() and summary.get("status") != "failed"
+    )
+    if returncode != 0 and stopped:  # stopped after a checkpoint, or by Ctrl-C before one
+        log.warning("%s interrupted: %s", plan.run_dir, summary.get("interrupted", "Ctrl-C"))
+        return math.nan  # the same command resumes it
     if returncode != 0:
         cause = failures.cause(failures.read(plan.run_dir))
         error = RuntimeError(

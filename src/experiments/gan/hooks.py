@@ -92,15 +92,33 @@ def _checkpoint_hook() -> type:
             hidden = partial_name(filename)
             # MMGen formats the template with the iteration: braces of the name are literal.
             literal = hidden.replace("{", "{{").replace("}", "}}")
-            save(out_dir, filename_tmpl=literal, create_symlink=False, **kwargs)
             temporary, final = Path(out_dir) / hidden, Path(out_dir) / filename
-            with open(temporary, "rb") as handle:
-                os.fsync(handle.fileno())
+            try:
+                save(out_dir, filename_tmpl=literal, create_symlink=False, **kwargs)
+                with open(temporary, "rb") as handle:
+                    os.fsync(handle.fileno())
+            except (OSError, RuntimeError) as error:  # a full disk: one line (run/record.py)
+                raise _no_space(error, temporary, final) from None
             os.replace(temporary, final)
             if create_symlink:
                 mmcv.symlink(filename, str(Path(out_dir) / "latest.pth"))
 
         return save_checkpoint
+
+    def _no_space(error: BaseException, temporary: Path, final: Path) -> BaseException:
+        """The partial file is removed (its space given back); a write that failed for lack
+        of space is NoSpaceError naming the file and (at least) the bytes it needed: the
+        size of the newest complete checkpoint, or what was written when it failed."""
+        from experiments.run.record import NoSpaceError, free_bytes, no_space
+
+        written = temporary.stat().st_size if temporary.exists() else 0
+        temporary.unlink(missing_ok=True)
+        previous = [p.stat().st_size for p in final.parent.glob("iter_*.pth")]
+        needed = max([written, *previous])
+        free = free_bytes(final.parent)
+        if no_space(error) is None and (free is None or needed <= free):
+            return error
+        return NoSpaceError(final, needed, no_space(error), at_least=True)
 
     return ExperimentsCheckpointHook
 

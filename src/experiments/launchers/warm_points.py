@@ -153,6 +153,7 @@ def _point(request: dict[str, Any]) -> None:
         _die_with_parent()
         if os.getppid() == 1:  # the warm process died between fork and prctl
             os._exit(1)
+        # Until the point's own handler (launchers/local.py point_stops_on_ctrl_c) is set.
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.environ.clear()
         os.environ.update(request["env"])

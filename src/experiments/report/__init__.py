@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 import time
 from pathlib import Path
@@ -63,6 +62,8 @@ def rows(points: list[dict[str, Any]], keys: list[str], fam: Family = SNN) -> li
         if failure.get("error"):
             error = [f"rank {failure.get('rank')} on {failure.get('node')}: {failure['error']}"]
         row["error"] = error[0][:160] if error else ""
+        # a record cut short or unreadable (points.py): the point's one line, not a crash
+        row["problem"] = "; ".join(point.get("problems") or [])[:300]
         table.append(row)
     return table
 
@@ -89,6 +90,8 @@ def write_report(
     columns = ["point", *keys, "status", *fam.metrics, "wall_time_s", "seed", "error"]
     if any(row["slurm_job"] for row in table):
         columns += ["slurm_job", "slurm_log"]
+    if any(row["problem"] for row in table):
+        columns.append("problem")
     with (
         replacing(sweep_dir / "report.csv") as temporary,
         open(temporary, "w", newline="", encoding="utf-8") as handle,
@@ -233,12 +236,20 @@ def format_outcome(sweep_dir: Path, outcome: dict[str, Any]) -> str:
             f"  INTERRUPTED point {row['point']}: {row['interrupted'] or 'stopped'}; the same "
             "command resumes it from its checkpoint"
         )
+    for row in outcome["rows"]:
+        if row.get("problem"):
+            lines.append(f"  PROBLEM point {row['point']}: {row['problem']}")
     return "\n".join(lines)
 
 
 def format_run(run_dir: Path) -> str:
     """One run's record in a few lines: what ran, how it ended, its final metrics."""
-    summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    from experiments.run.record import read_records
+
+    found = read_records(run_dir)
+    summary = found["summary"]
+    if summary is None:
+        return f"Run {run_dir}: " + "; ".join(found["problems"])
     lines = [
         f"Run {run_dir}: {summary.get('status')} "
         f"({summary.get('model')} on {summary.get('data')}, {summary.get('topology')}, "
@@ -254,6 +265,7 @@ def format_run(run_dir: Path) -> str:
     if summary.get("wall_time_s") is not None:
         lines.append(f"  wall time     {summary['wall_time_s']:.1f} s")
     lines.append(f"  command       {summary.get('command')}")
+    lines += [f"  problem       {problem}" for problem in found["problems"]]
     return "\n".join(lines)
 
 

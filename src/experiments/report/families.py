@@ -50,5 +50,5 @@ GAN = Family(  # MMGen runs: SWD to the data (lower is better), the two networks
 
 
 def family(points: list[dict[str, Any]]) -> Family:
-    engines = {p["summary"].get("engine") for p in points}
+    engines = {p["summary"].get("engine") for p in points} - {None}  # None: unreadable
     return GAN if engines == {"mmgen"} else SNN

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 INDEX = ".report_index.json"
-INDEX_VERSION = 3
+INDEX_VERSION = 4
 LOGS = {  # the learning-curve columns a figure may need, for both model families
     "metrics.jsonl": ("epoch", "step", "val_accuracy", "loss_gen", "loss_disc"),
     "steps.jsonl": ("step", "loss"),
@@ -41,6 +41,8 @@ SUMMARY_FIELDS = (
     "interrupted",  # why a run stopped after a checkpoint without finishing
 )
 FINAL = ("completed", "failed")
+# summary.json there but not readable (cut short by a crash, not JSON, a newer record format)
+UNREADABLE = "unreadable"
 
 
 class PointIndex:
@@ -172,16 +174,32 @@ def _stamp(run_dir: str) -> list[int] | None:
 
 
 def _read_point(run_dir: str, stamp: list[int]) -> dict[str, Any] | None:
-    try:
-        with open(os.path.join(run_dir, "summary.json"), encoding="utf-8") as handle:
-            summary = json.load(handle)
-    except (OSError, ValueError):  # being written by another process: next update reads it
-        return None
-    overrides = summary.get("overrides") or _hydra_overrides(Path(run_dir))
+    """A point's index entry. A summary.json that cannot be read is the point's problem
+    (status `unreadable`, one line in `problems`), never an error of the report. The logs
+    of a finished point are checked too (a running one may be appending a line right now)."""
+    from experiments.run.record import read_records
+
+    found = read_records(Path(run_dir), logs=False)
+    summary = found["summary"]
+    problems: list[str] = list(found["problems"])
+    if summary is None and not problems:
+        return None  # gone between the stat and the read: the next update reads it
+    if summary is not None and summary.get("status") in (*FINAL, "interrupted"):
+        from experiments.run.record import METRICS, STEPS, read_jsonl
+
+        for name in (METRICS, STEPS):
+            problem = read_jsonl(Path(run_dir) / name)[1]
+            if problem:
+                problems.append(problem)
+    fields = {key: summary[key] for key in SUMMARY_FIELDS if key in summary} if summary else {}
+    if summary is None or any(p.startswith("written by") for p in problems):
+        fields["status"] = UNREADABLE
+    overrides = (summary or {}).get("overrides") or _hydra_overrides(Path(run_dir))
     return {
         "stamp": stamp,
-        "summary": {key: summary[key] for key in SUMMARY_FIELDS if key in summary},
-        "overrides": dict(_split(o) for o in overrides if "=" in o),
+        "summary": fields,
+        "overrides": dict(_split(o) for o in overrides if isinstance(o, str) and "=" in o),
+        "problems": problems,
     }
 
 
@@ -191,7 +209,10 @@ def _hydra_overrides(run_dir: Path) -> list[str]:
         return []
     import yaml
 
-    return list(yaml.safe_load(path.read_text(encoding="utf-8")) or [])
+    try:
+        return list(yaml.safe_load(path.read_text(encoding="utf-8")) or [])
+    except (OSError, ValueError, TypeError, yaml.YAMLError):
+        return []
 
 
 def _split(override: str) -> tuple[str, str]:

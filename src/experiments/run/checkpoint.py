@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from experiments.run.record import write_json_atomic
+from experiments.run.record import write_json_atomic, write_torch_atomic
 
 log = logging.getLogger(__name__)
 META = "meta.json"
@@ -64,12 +64,8 @@ def save(
         shutil.rmtree(partial, ignore_errors=True)  # left by a crash during an earlier save
         partial.mkdir(parents=True)
     barrier()
-    if is_writer:
-        tmp = partial / f".{shard}.tmp"
-        torch.save(state, tmp)
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, partial / shard)
+    if is_writer:  # a full disk: NoSpaceError names the bytes, the temporary is removed
+        write_torch_atomic(state, partial / shard)
     barrier()
     if is_leader:
         write_json_atomic(partial / META, {**meta, "step": step})

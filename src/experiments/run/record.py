@@ -1,15 +1,23 @@
 """The run directory's record: summary.json, metrics.jsonl, TensorBoard events.
 
 Only rank 0 writes. summary.json is replaced atomically (write, fsync, rename), so a reader
-or a crash never sees half of it.
+or a crash never sees half of it. A write that fails for lack of space (a full disk, a quota)
+leaves the previous file as it was (an append is cut back to where it started) and raises
+NoSpaceError: one line naming the path and the bytes it needed, which train.py prints as the
+run's failure. `read_records` is the one reader of a run directory's records for the report
+(and the status command): a truncated or invalid file is that run's problem, never a crash.
 """
 
 from __future__ import annotations
 
+import errno
+import io
 import json
+import logging
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -17,10 +25,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+log = logging.getLogger(__name__)
+
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 STEPS = "steps.jsonl"
 COMMAND_ENV = "EXPERIMENTS_COMMAND"  # the user's command, handed to torchrun workers
+# The layout of summary.json and the logs. Raised only when a reader of an older layout would
+# misread a newer one: a run directory of a newer format is refused (resume) or reported (the
+# report) naming the package version that wrote it; older ones are read.
+RECORD_FORMAT = 1
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 PACKAGES = (
     "experiments",
     "torch",
@@ -35,26 +50,256 @@ PACKAGES = (
 )
 
 
-def write_json_atomic(path: Path, value: Any) -> None:
+class NoSpaceError(OSError):
+    """A write failed for lack of space or quota. The file it was writing is as before (a
+    temporary removed, an append cut back), so the previous checkpoint and records stand."""
+
+    def __init__(
+        self, path: Path, needed: int | None, cause: OSError | None = None, at_least: bool = False
+    ) -> None:
+        self.path = Path(path)
+        self.needed = needed
+        self.free = free_bytes(self.path.parent)
+        what = (
+            "quota exceeded"
+            if cause is not None and cause.errno == errno.EDQUOT
+            else ("no space left on device")
+        )
+        need = f"it needed {'at least ' if at_least else ''}{_bytes(needed)}"
+        if needed is None:
+            need = "size unknown"
+        super().__init__(
+            cause.errno if cause is not None else errno.ENOSPC,
+            f"{what} writing {self.path} ({need}, {_bytes(self.free)} free there); the "
+            "previous checkpoint and records are intact: free space (or raise the quota) and "
+            "run the same command to resume",
+        )
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def free_bytes(directory: Path) -> int | None:
+    try:
+        return shutil.disk_usage(directory).free
+    except OSError:
+        return None
+
+
+def _bytes(count: int | None) -> str:
+    if count is None:
+        return "unknown"
+    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if count >= size:
+            return f"{count} bytes = {count / size:.1f} {unit}"
+    return f"{count} bytes"
+
+
+def no_space(error: BaseException) -> NoSpaceError | None:
+    """The NoSpaceError behind `error`, or one made from an ENOSPC/EDQUOT OSError in its
+    chain (a library's own write: MMGen's log, torch's DCP writer); None if it is not one."""
+    seen: set[int] = set()
+    pending: list[BaseException] = [error]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, NoSpaceError):
+            return current
+        if isinstance(current, OSError) and current.errno in NO_SPACE:
+            return NoSpaceError(Path(current.filename or "."), None, current)
+        pending += [e for e in (current.__cause__, current.__context__) if e is not None]
+        pending += [a for a in getattr(current, "args", ()) if isinstance(a, BaseException)]
+        failures = getattr(current, "failures", None)  # torch DCP's CheckpointException
+        if isinstance(failures, dict):
+            for value in failures.values():
+                pending += [
+                    v
+                    for v in (value if isinstance(value, tuple) else (value,))
+                    if isinstance(v, BaseException)
+                ]
+    return None
+
+
+def write_bytes_atomic(path: Path, data: bytes | memoryview) -> None:
+    """Write, fsync, rename over `path`. On a full disk or quota the temporary is removed (its
+    space is given back) and NoSpaceError says how much was needed: `path` is untouched."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(value, handle, indent=2, default=str)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError as error:
+        tmp.unlink(missing_ok=True)
+        if error.errno in NO_SPACE:
+            raise NoSpaceError(path, len(data), error) from None
+        raise
+
+
+def write_json_atomic(path: Path, value: Any) -> None:
+    text = json.dumps(value, indent=2, default=str) + "\n"
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+class _Counter(io.RawIOBase):
+    """A sink that only counts: the size torch.save needs, measured without a disk."""
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.size += len(data)
+        return len(data)
+
+
+def write_torch_atomic(state: Any, path: Path) -> None:
+    """torch.save to a temporary, fsync, rename. On a full disk or quota the temporary is
+    closed and removed (its space given back at once) and NoSpaceError names the bytes the
+    whole file needs (serialised again into a counter: torch reports only an iostream error)."""
+    import torch
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as handle:  # ours, so it is closed however torch.save fails
+            torch.save(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as error:
+        tmp.unlink(missing_ok=True)
+        cause = no_space(error)
+        if cause is None and not isinstance(error, RuntimeError):
+            raise
+        counter = _Counter()
+        torch.save(state, counter)
+        free = free_bytes(path.parent)
+        # torch's writer may hide the errno: out of space if the whole file cannot fit in
+        # what is free now that its partial copy is gone.
+        if cause is None and (free is None or counter.size <= free):
+            raise
+        errno_cause = error if isinstance(error, OSError) else None
+        raise NoSpaceError(path, counter.size, errno_cause) from None
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record) + "\n")
+    """One line, appended whole or not at all: a write cut short by a full disk is cut back
+    to the file's previous end, so the log never holds half a line of ours."""
+    data = (json.dumps(record) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        start = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError as error:
+            os.ftruncate(fd, start)
+            if error.errno in NO_SPACE:
+                raise NoSpaceError(Path(path), len(data), error) from None
+            raise
+    finally:
+        os.close(fd)
+
+
+def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """A log's records, and the problem with it (None if whole): lines that are not a JSON
+    object are skipped and counted; a missing file is no records and no problem."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        return [], None
+    except OSError as error:
+        return [], f"{Path(path).name} unreadable ({error.strerror or error})"
+    records: list[dict[str, Any]] = []
+    bad: list[int] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            bad.append(number)
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            bad.append(number)
+    if not bad:
+        return records, None
+    where = f"line {bad[0]}" if len(bad) == 1 else f"{len(bad)} lines (first: line {bad[0]})"
+    return records, f"{Path(path).name}: {where} not a JSON record (cut short?); skipped"
 
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((run_dir / SUMMARY).read_text(encoding="utf-8"))
+        summary = json.loads((run_dir / SUMMARY).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return summary if isinstance(summary, dict) else None
+
+
+def read_records(run_dir: Path, logs: bool = True) -> dict[str, Any]:
+    """What a run directory's records say, for the report and the status command:
+    `summary` (None when missing or unreadable), `problems` (one short line each: a
+    truncated or invalid summary.json / metrics.jsonl / steps.jsonl, a record format newer
+    than this package's) and, with `logs`, the parsed `metrics` and `steps` records."""
+    run_dir = Path(run_dir)
+    problems: list[str] = []
+    summary: dict[str, Any] | None = None
+    try:
+        text = (run_dir / SUMMARY).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        text = None
+    except OSError as error:
+        text = None
+        problems.append(f"{SUMMARY} unreadable ({error.strerror or error})")
+    if text is not None:
+        try:
+            parsed = json.loads(text)
+        except ValueError as error:
+            parsed = None
+            cut = (
+                "empty" if not text.strip() else f"invalid JSON at byte {error.pos} of {len(text)}"
+            )
+            problems.append(f"{SUMMARY} {cut} (cut short?); resume=auto rebuilds it")
+        if parsed is not None and not isinstance(parsed, dict):
+            problems.append(f"{SUMMARY} is not a JSON object; resume=auto rebuilds it")
+        elif parsed is not None:
+            summary = parsed
+            foreign = foreign_format(summary)
+            if foreign:
+                problems.append(foreign)
+    found: dict[str, Any] = {"summary": summary, "problems": problems}
+    if logs:
+        for key, name in (("metrics", METRICS), ("steps", STEPS)):
+            records, problem = read_jsonl(run_dir / name)
+            found[key] = records
+            if problem:
+                problems.append(problem)
+    return found
+
+
+def foreign_format(summary: dict[str, Any]) -> str | None:
+    """One line when `summary` was written in a record format this package cannot read
+    (a newer one), naming the package version that wrote it; None when it can be read."""
+    written = summary.get("record_format", 1)
+    if isinstance(written, int) and written <= RECORD_FORMAT:
+        return None
+    version = (summary.get("versions") or {}).get("experiments", "an unknown version")
+    from experiments import __version__
+
+    return (
+        f"written by experiments {version} (record format {written}); experiments "
+        f"{__version__} reads format {RECORD_FORMAT} and older: read it with that version"
+    )
 
 
 def versions() -> dict[str, str | None]:
@@ -118,7 +363,7 @@ class RunRecorder:
         if not self.enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.summary.update(status="running", started_at=_now())
+        self.summary.update(status="running", started_at=_now(), record_format=RECORD_FORMAT)
         self._write_summary()
 
     def log_metrics(self, record: dict[str, Any], tag_prefix: str = "epoch") -> None:
@@ -149,21 +394,28 @@ class RunRecorder:
             self.trackers.remove(tracker)
 
     def truncate_logs(self, after_step: int) -> None:
-        """Keep the records of steps <= after_step (0: a fresh start keeps none)."""
+        """Keep the records of steps <= after_step (0: a fresh start keeps none). A line cut
+        short by a crash or a full disk is dropped here: the resumed run's logs are whole."""
         if not self.enabled:
             return
         for name in (METRICS, STEPS):
             path = self.run_dir / name
             if not path.exists():
                 continue
-            kept = [
-                line
-                for line in path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= after_step
-            ]
-            tmp = path.with_name(f".{name}.tmp")
-            tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
-            os.replace(tmp, path)
+            kept, broken = [], 0
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    record = json.loads(line) if line.strip() else None
+                except ValueError:
+                    record = None
+                if not isinstance(record, dict):
+                    broken += bool(line.strip())
+                    continue
+                if _step_of(record) <= after_step:
+                    kept.append(line)
+            if broken:
+                log.warning("%s: %d line(s) cut short or invalid, dropped on resume", path, broken)
+            write_bytes_atomic(path, "".join(f"{line}\n" for line in kept).encode("utf-8"))
         for tracker in [t for t in self.trackers if hasattr(t, "truncate")]:
             self._call(tracker, "truncate", after_step)
 
@@ -200,6 +452,11 @@ class RunRecorder:
 
     def _write_summary(self) -> None:
         write_json_atomic(self.run_dir / SUMMARY, self.summary)
+
+
+def _step_of(record: dict[str, Any]) -> float:
+    step = record.get("step", 0)
+    return step if isinstance(step, (int, float)) else 0
 
 
 def _numbers(values: dict[str, Any]) -> dict[str, float]:

@@ -60,7 +60,10 @@ def peak_memory_mb() -> float:
 
 def train(plan: RunPlan, recorder: RunRecorder) -> dict[str, Any]:
     context = ParallelContext.setup(plan.dims)
-    stop = GracefulStop().install() if distributed_env.in_slurm_job() else None
+    from experiments.launchers.local import is_sweep_point  # Ctrl-C at a local sweep
+
+    graceful = distributed_env.in_slurm_job() or is_sweep_point()
+    stop = GracefulStop().install() if graceful else None
     try:
         return _Trainer(plan, recorder, context, stop).fit()
     finally:

@@ -1,0 +1,393 @@
+"""Nothing lost under the failures shared clusters have (issue #31): a full disk while a
+checkpoint or a record is written, two writers in one run directory (a second terminal, a
+second launch of a running sweep, a Slurm requeue), records cut short, and Ctrl-C at a local
+sweep's login.
+
+Real processes, real file systems (a small tmpfs mounted here as root), real fcntl locks.
+Runs are tiny (SEW-ResNet18 at 16x16, T=2, batch 8, a few steps); a frozen process (SIGSTOP)
+holds a lock as long as a test needs, so no test races a run's speed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from experiments.run import lock
+from experiments.run.record import (
+    METRICS,
+    NoSpaceError,
+    RunRecorder,
+    read_records,
+    write_json_atomic,
+)
+
+from .conftest import CLI, cli_env, in_ci, read_jsonl, run_cli
+from .support import processes
+
+pytestmark = pytest.mark.slow
+
+# One epoch of 8 steps; every step logged and checkpointed, so a stop or a kill at any step
+# leaves a checkpoint of that step.
+TINY = [
+    "trainer.epochs=1",
+    "trainer.batch_size=8",
+    "data=synthetic",
+    "data.train_size=64",
+    "data.val_size=16",
+    "model.time_steps=2",
+    "trainer.log_every_n_steps=1",
+    "trainer.checkpoint_interval=1",
+    "trainer.keep_checkpoints=1",
+]
+
+
+def steps_of(run_dir: Path) -> list[int]:
+    return [r["step"] for r in read_jsonl(run_dir / "steps.jsonl")]
+
+
+def summary_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def spawn(args: list[str], cwd: Path, name: str) -> subprocess.Popen:
+    """The CLI in the background, its output in files (<cwd>/<name>.out/.err)."""
+    with open(cwd / f"{name}.out", "w") as out, open(cwd / f"{name}.err", "w") as err:
+        return processes.spawn([CLI, *args], cwd=cwd, env=cli_env(), stdout=out, stderr=err)
+
+
+def wait_until(condition, proc: subprocess.Popen, what: str, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if condition():
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"the process ended (status {proc.returncode}) before {what}")
+        time.sleep(0.05)
+    pytest.fail(f"{what}: not within {timeout} s")
+
+
+def freeze(tag: str, sig: int = signal.SIGSTOP) -> None:
+    """SIGSTOP (or SIGCONT) every process of a spawned command: a frozen run keeps its lock
+    (and its files) exactly as they are, however fast or slow this machine is."""
+    for pid in processes.tagged_pids(tag):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def one_error_line(stderr: str) -> str:
+    """The one `error:` line (a progress bar may precede it on the same line)."""
+    lines = re.findall(r"error: [^\n]*", stderr)
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+# ---------------------------------------------------------------- a full disk
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A tmpfs of its own (as root): a full disk that fills the same way every time. Where
+    none can be mounted the test is skipped with the reason, and fails under CI=true."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+
+    def mount_tmpfs(size: str) -> None:
+        result = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            reason = f"cannot mount a tmpfs here ({result.stderr.strip() or 'not root'})"
+            if in_ci():
+                pytest.fail(f"{reason}: CI must run the full-disk tests as root")
+            pytest.skip(reason)
+
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        reason = "mounting a small tmpfs needs root and mount(8)"
+        if in_ci():
+            pytest.fail(f"{reason}: CI must run the full-disk tests as root")
+        pytest.skip(reason)
+
+    def resize(size: str) -> None:
+        subprocess.run(["mount", "-o", f"remount,size={size}", str(mount)], check=True)
+
+    mount_tmpfs.resize = resize  # type: ignore[attr-defined]
+    mount_tmpfs.path = mount  # type: ignore[attr-defined]
+    try:
+        yield mount_tmpfs
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_full_disk_mid_checkpoint_fails_in_one_line_and_the_same_command_resumes(
+    small_disk, tmp_path: Path
+) -> None:
+    """A 200 MB disk holds one 128 MB checkpoint of SEW-ResNet18 but not a second: the
+    save of step 2 fails. One line names the file and the bytes it needed, no traceback;
+    step 1's checkpoint and the records are whole; summary.json says failed. With space
+    back the same command resumes from step 1 and completes, every step logged once."""
+    small_disk("200m")
+    run_dir = small_disk.path / "run"
+    args = [*TINY, "trainer.max_steps=2", f"hydra.run.dir={run_dir}"]
+    full = run_cli(args, cwd=tmp_path)
+    assert full.returncode == 1, full.stderr[-3000:]
+    line = one_error_line(full.stderr)
+    assert "no space left on device writing" in line and "pp_0000_tp_0000.pt" in line, line
+    needed = int(line.split("it needed ")[1].split(" bytes")[0])
+    assert needed > 100 * 2**20, line  # the whole shard, not what happened to fit
+    summary = summary_of(run_dir)
+    assert summary["status"] == "failed" and "no space left" in summary["error"]
+    assert [p.name for p in (run_dir / "checkpoints").glob("step_*")] == ["step_00000001"]
+    assert steps_of(run_dir) == [1, 2]
+    assert not list(run_dir.rglob("*.tmp")), "a temporary of the failed write was left"
+    small_disk.resize("400m")
+    again = run_cli(args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed"
+    assert summary["resumed_from"].endswith("step_00000001")
+    assert steps_of(run_dir) == [1, 2]
+
+
+def test_full_disk_mid_record_leaves_the_records_as_they_were(small_disk, tmp_path: Path) -> None:
+    """summary.json and metrics.jsonl on a full disk: the write fails with NoSpaceError
+    naming the path and its bytes, the file keeps its previous bytes (an append is cut back,
+    a replacement's temporary removed), and the records read whole afterwards."""
+    small_disk("1m")
+    run_dir = small_disk.path / "run"
+    recorder = RunRecorder(run_dir, {"overrides": []})
+    recorder.start()
+    recorder.log_metrics({"step": 1, "epoch": 1, "val_accuracy": 0.5})
+    before = {name: (run_dir / name).read_bytes() for name in ("summary.json", METRICS)}
+    filler_path = small_disk.path / "filler"
+    with open(filler_path, "wb", buffering=0) as filler, pytest.raises(OSError):  # all of it
+        while True:
+            filler.write(b"\0" * 4096)
+    with pytest.raises(NoSpaceError) as appended:
+        for step in range(2, 2000):  # the first append needing a new page fails
+            recorder.log_metrics(
+                {"step": step, "epoch": step, "val_accuracy": 0.5, "pad": "x" * 900}
+            )
+    assert str(run_dir / METRICS) in str(appended.value) and "it needed" in str(appended.value)
+    metrics, problem = read_records(run_dir)["metrics"], read_records(run_dir)["problems"]
+    assert problem == [] and metrics[0] == {"step": 1, "epoch": 1, "val_accuracy": 0.5}
+    assert (run_dir / METRICS).read_bytes().startswith(before[METRICS])
+    with pytest.raises(NoSpaceError) as replaced:
+        recorder.finish("completed", metrics={"val_accuracy": 0.5, "pad": "x" * 20000})
+    assert "summary.json" in str(replaced.value)
+    assert (run_dir / "summary.json").read_bytes() == before["summary.json"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["metrics.jsonl", "summary.json"]
+    (small_disk.path / "filler").unlink()
+    recorder.finish("completed", metrics={"val_accuracy": 0.5})
+    assert summary_of(run_dir)["status"] == "completed"
+
+
+# ---------------------------------------------------------------- one writer per directory
+
+
+def test_second_run_is_refused_and_a_sigkilled_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
+    """A run frozen at step 1 holds its directory: the same command in a second terminal is
+    refused in one line naming the holder's host and pid, exit 2, and writes nothing. Once the
+    holder is SIGKILLed the kernel has dropped its lock: a new run takes it at once. (A new
+    run resuming a SIGKILLed one end to end, through this lock, is test_fault_tolerance.py's
+    test_killed_process_resumes_on_rerun_onto_the_same_trajectory.)"""
+    run_dir = tmp_path / "run"
+    args = [*TINY, "trainer.max_steps=3", f"hydra.run.dir={run_dir}"]
+    holder = spawn(args, tmp_path, "holder")
+    wait_until(lambda: (run_dir / "checkpoints" / "step_00000001").exists(), holder, "step 1")
+    freeze(holder.tag)
+    written = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file()}
+    second = run_cli(args, cwd=tmp_path)
+    assert second.returncode == 2, second.stderr[-3000:]
+    line = one_error_line(second.stderr)
+    assert f"run directory {run_dir} is in use by host" in line, line
+    assert f"pid {holder.pid}" in line, line
+    assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file()} == written
+    processes.kill(holder, holder.tag)  # SIGKILL: no chance to clean anything up
+    assert lock.holder(run_dir) is None
+    started = time.monotonic()
+    try:
+        assert lock.hold(run_dir).record["pid"] == os.getpid()
+        assert time.monotonic() - started < lock.GRACE_S  # no waiting on a dead holder
+    finally:
+        lock.release(run_dir)
+
+
+@pytest.mark.dist
+def test_torchrun_ranks_share_their_lock_and_refuse_a_second_run(tmp_path: Path) -> None:
+    """A 2-rank torchrun run: its login and both ranks hold the directory together; a
+    second (local) run of it is refused naming the login; the torchrun run, let go on,
+    completes with every step logged once."""
+    run_dir = tmp_path / "run"
+    args = [*TINY, "trainer.max_steps=2", f"hydra.run.dir={run_dir}"]
+    args += ["launcher=torchrun", "launcher.nproc_per_node=2", "topology=ddp"]
+    holder = spawn(args, tmp_path, "tr")
+    wait_until(lambda: (run_dir / "steps.jsonl").exists(), holder, "step 1 of torchrun")
+    freeze(holder.tag)
+    second = run_cli(args, cwd=tmp_path)
+    freeze(holder.tag, signal.SIGCONT)
+    assert second.returncode == 2, second.stderr[-3000:]
+    line = one_error_line(second.stderr)
+    assert f"pid {holder.pid}" in line, line
+    assert holder.wait(timeout=300) == 0, (tmp_path / "tr.err").read_text()[-3000:]
+    assert summary_of(run_dir)["status"] == "completed"
+    assert steps_of(run_dir) == [1, 2]
+
+
+def _hold_as(run_dir: Path, job: str, restart: int, seconds: float) -> subprocess.Popen:
+    """A process that holds `run_dir` as attempt `restart` of Slurm job `job` (the variables
+    a submitit task has), then exits."""
+    code = (
+        "import sys, time; from pathlib import Path; from experiments.run import lock; "
+        f"lock.hold(Path({str(run_dir)!r})); print('held', flush=True); time.sleep({seconds})"
+    )
+    env = cli_env(
+        {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": job, "SLURM_RESTART_COUNT": str(restart)}
+    )
+    proc = processes.spawn([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_slurm_requeue_takes_its_lock_over_and_other_jobs_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attempt 0 of job 77 holds the directory (and its other tasks join it); job 78 is
+    refused naming job 77; attempt 1 of job 77 (a requeue) waits for attempt 0 to end
+    and takes the lock over instead of being refused."""
+    run_dir = tmp_path / "run"
+    first = _hold_as(run_dir, "77", 0, seconds=4)
+    same_job = _hold_as(run_dir, "77", 0, seconds=0)  # another task of the same attempt
+    assert same_job.wait(timeout=30) == 0
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
+    monkeypatch.setenv("SLURM_JOB_ID", "78")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    with pytest.raises(lock.RunDirInUse) as refused:
+        lock.hold(run_dir)
+    assert "Slurm job 77" in str(refused.value) and f"pid {first.pid}" in str(refused.value)
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert first.poll() is None, "attempt 0 ended too early for this test"
+    try:
+        held = lock.hold(run_dir)
+        assert first.poll() is not None, "took the lock while attempt 0 still held it"
+        assert held.record["slurm_restart_count"] == 1, held.record
+    finally:
+        lock.release(run_dir)
+
+
+# ---------------------------------------------------------------- Ctrl-C and broken records
+
+
+SWEEP = ["-m", "optimizer.lr=0.001,0.002,0.003,0.004", *TINY, "trainer.max_steps=2"]
+
+
+@pytest.fixture(scope="module")
+def interrupted_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A 4-point local sweep stopped by Ctrl-C (SIGINT to its process group) during point
+    1, after a second launch of it was refused; then the same command, which finishes it."""
+    root = tmp_path_factory.mktemp("sweep")
+    sweep = root / "sweep"
+    args = [*SWEEP, f"hydra.sweep.dir={sweep}"]
+    first = spawn(args, root, "first")
+    wait_until(lambda: (sweep / "1" / "steps.jsonl").exists(), first, "point 1's first step")
+    freeze(first.tag)
+    second_launch = run_cli(args, cwd=root)
+    freeze(first.tag, signal.SIGCONT)
+    os.killpg(first.pid, signal.SIGINT)
+    code = first.wait(timeout=240)
+    stopped = {
+        n: summary_of(sweep / n) for n in ("0", "1") if (sweep / n / "summary.json").exists()
+    }
+    report = (sweep / "report.md").read_text() if (sweep / "report.md").exists() else ""
+    started = [n for n in ("2", "3") if (sweep / n / "summary.json").exists()]
+    again = run_cli(args, cwd=root)
+    return {
+        "sweep": sweep,
+        "args": args,
+        "root": root,
+        "second_launch": second_launch,
+        "code": code,
+        "stderr": (root / "first.err").read_text(),
+        "stopped": stopped,
+        "report": report,
+        "started": started,
+        "again": again,
+    }
+
+
+def test_ctrl_c_stops_a_local_sweep_and_the_same_command_finishes_it(interrupted_sweep) -> None:
+    s = interrupted_sweep
+    refused = s["second_launch"]
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert f"sweep {s['sweep']} is in use by host" in one_error_line(refused.stderr)
+    assert s["code"] == 130, s["stderr"][-3000:]
+    assert s["stopped"]["0"]["status"] == "completed"
+    point_1 = s["stopped"]["1"]
+    assert point_1["status"] == "interrupted", point_1
+    assert "SIGINT" in point_1["interrupted"], point_1
+    assert s["started"] == [], "a queued point started after Ctrl-C"
+    assert "interrupted" in s["report"] and "| 1 |" in s["report"], s["report"]
+    assert "The same command continues the sweep" in s["stderr"], s["stderr"][-2000:]
+    again = s["again"]
+    assert again.returncode == 0, again.stderr[-3000:]
+    for point in "0123":
+        assert summary_of(s["sweep"] / point)["status"] == "completed", point
+        assert steps_of(s["sweep"] / point) == [1, 2], point
+    resumed = summary_of(s["sweep"] / "1")
+    assert resumed["resumes"] == 1 and "step_0000000" in resumed["resumed_from"]
+
+
+def test_broken_records_are_a_points_problem_and_resume_rebuilds_them(interrupted_sweep) -> None:
+    """Point 0's summary.json and steps.jsonl cut short, point 2's metrics.jsonl cut
+    mid-line, point 3's summary from a newer version: experiments-report lists every point,
+    each broken one with its one-line problem, and does not stop; the same sweep command
+    rebuilds point 0 from its checkpoint (its steps whole again) and refuses point 3's
+    directory naming the version that wrote it."""
+    s = interrupted_sweep
+    sweep = s["sweep"]
+    text = (sweep / "0" / "summary.json").read_text()
+    (sweep / "0" / "summary.json").write_text(text[: len(text) // 2])
+    with open(sweep / "0" / "steps.jsonl", "a") as steps:  # a crash mid-append
+        steps.write('{"step": 4, "lo')
+    metrics = (sweep / "2" / "metrics.jsonl").read_text()
+    (sweep / "2" / "metrics.jsonl").write_text(metrics[: len(metrics) - 20])
+    newer = summary_of(sweep / "3")
+    newer.update(record_format=99, versions={**newer["versions"], "experiments": "9.9.9"})
+    write_json_atomic(sweep / "3" / "summary.json", newer)
+    report = subprocess.run(
+        [str(Path(CLI).parent / "experiments-report"), str(sweep)],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=120,
+    )
+    assert "Traceback" not in report.stderr, report.stderr
+    problems = [line for line in report.stdout.splitlines() if "PROBLEM" in line]
+    assert len(problems) == 3, report.stdout
+    assert "point 0: summary.json invalid JSON at byte" in problems[0], problems
+    assert "point 2: metrics.jsonl: line 1 not a JSON record (cut short?)" in problems[1], problems
+    assert "point 3: written by experiments 9.9.9 (record format 99)" in problems[2], problems
+    table = (sweep / "report.csv").read_text().splitlines()
+    assert len(table) == 5 and "unreadable" in table[1] and "completed" in table[3], table
+    again = run_cli(s["args"], cwd=s["root"])
+    assert again.returncode == 1, again.stderr[-3000:]  # point 3 was refused
+    refusal = f"error: run directory {sweep / '3'} was written by experiments 9.9.9"
+    assert refusal in again.stderr, again.stderr[-3000:]
+    rebuilt = summary_of(sweep / "0")
+    assert rebuilt["status"] == "completed" and rebuilt["resumed_from"].endswith("step_00000002")
+    assert steps_of(sweep / "0") == [1, 2]
+    assert (sweep / "3" / "summary.json").read_text() == json.dumps(newer, indent=2) + "\n"
