@@ -1,0 +1,90 @@
+"""bench/gpu_check works (issue #25 item 5): its CPU rehearsal runs the GPU check's whole
+list at tiny size, with the real console scripts, and writes the report a GPU run writes.
+
+What only CUDA shows (bf16, compile, CUDA graphs) must be reported as skipped, never ok; the
+rest must pass at its CPU equivalent: SpikingJelly's own loop (main job, resume from its own
+checkpoint, experiments-eval of its checkpoint), the classic Trainer, a dcgan run with
+experiments-eval and experiments-sample, the one-rank DDP GAN under torchrun (gloo for NCCL),
+and both throughput paths (experiments-train vs train_classification called directly)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import gpu_check
+
+from .conftest import REPO, cli_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.gan]
+
+CUDA_ONLY = {"bf16", "compile", "cuda_graph"}
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("gpu_check")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.gpu_check", "--out", str(out), "--cpu-rehearsal"],
+        cwd=REPO,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=480,
+    )
+    report = json.loads((out / "gpu_check.json").read_text())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, report
+
+
+def test_rehearsal_runs_every_check_and_skips_only_cuda_features(rehearsal):
+    out, report = rehearsal
+    checks = {c["name"]: c for c in report["checks"]}
+    assert list(checks) == [c.name for c in gpu_check.CHECKS]
+    assert report["mode"] == "cpu-rehearsal"
+    for name, check in checks.items():
+        assert set(check) >= {"name", "ok", "seconds", "figures"}
+        if name in CUDA_ONLY:
+            assert check["ok"] is False and check["skipped"].startswith("needs CUDA"), check
+        else:
+            assert check["ok"] is True, check
+    table = (out / "gpu_check.md").read_text()
+    assert "| check | ok | seconds | figures |" in table
+    assert all(f"| {name} |" in table for name in checks)
+
+
+def test_rehearsal_figures_show_the_paths_it_took(rehearsal):
+    _, report = rehearsal
+    checks = {c["name"]: c["figures"] for c in report["checks"]}
+    assert checks["main_job"]["engine"] == "spikingjelly"
+    assert checks["main_job"]["device"] == "cpu"
+    resume = checks["resume"]
+    assert resume["resumed_from"] and resume["steps"] > resume["steps_before"]
+    assert checks["classify_amp"]["engine"] == "classify"
+    assert list(checks["gan_ddp_torchrun"]) == ["dynamic"]  # static: test_gan_distributed
+    for mode in ("dynamic",):
+        gan = checks["gan_ddp_torchrun"][mode]
+        assert gan["ddp"] == mode and gan["world_size"] == 1 and gan["backend"] == "gloo"
+        assert gan["replica_max_diff"] == 0.0
+    assert checks["eval_snn"]["eval_val_accuracy"] is not None
+    assert checks["sample_gan"]["bytes"] > 0
+    for name in ("throughput_sew_resnet34", "throughput_spikformer_s"):
+        figures = checks[name]
+        assert figures["engine"] == "spikingjelly"
+        assert figures["ours_images_per_second"] > 0 and figures["direct_images_per_second"] > 0
+        assert figures["ratio"] == pytest.approx(
+            figures["ours_images_per_second"] / figures["direct_images_per_second"], rel=1e-2
+        )
+
+
+def test_without_cuda_the_gpu_check_refuses_in_one_line(tmp_path, capsys):
+    assert gpu_check.main(["--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--cpu-rehearsal" in err
+    assert not (tmp_path / "gpu_check.json").exists()
+    assert gpu_check.main(["--out", str(tmp_path), "--cpu-rehearsal", "--only", "nope"]) == 2
+    assert "--only nope: not a check" in capsys.readouterr().err
