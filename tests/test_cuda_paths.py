@@ -183,3 +183,39 @@ def test_one_rank_gan_under_torchrun_takes_mmgens_distributed_path(launch, distr
     assert plan.distributed is distributed
     assert plan.as_dict()["distributed"] is distributed
     assert plan.mmgen_config.runner.is_dynamic_ddp is distributed  # dcgan: dynamic DDP
+
+
+@pytest.mark.slow
+def test_classify_amp_branch_rehearsed_on_cpu(tmp_path, monkeypatch):
+    """trainer=classify with amp: the Trainer's GradScaler branch (scale, unscale, step,
+    update; the scaler's state in its checkpoint and back on resume) through our subclass.
+    CUDA's autocast and GradScaler are stood in for by the CPU's (bf16 autocast, a CPU
+    GradScaler) in this test process; planning refuses amp on CPU, so the plan is the fp32
+    one with the Trainer's --disable-amp taken out."""
+    from experiments.run.record import RunRecorder
+    from experiments.snn.engines import classify
+
+    def cpu_autocast(enabled: bool = True, **kwargs):
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled)
+
+    monkeypatch.setattr(torch.cuda.amp, "autocast", cpu_autocast)
+    monkeypatch.setattr(torch.cuda.amp, "GradScaler", lambda *a, **k: torch.amp.GradScaler("cpu"))
+    run_dir = tmp_path / "run"
+    base = ["trainer=classify", "trainer.lr_scheduler=step", "data=synthetic",
+            "data.train_size=16", "data.val_size=8", "model.time_steps=2",
+            "trainer.batch_size=8", "logger=none"]  # fmt: skip
+
+    def train(epochs: int) -> dict:
+        plan = plan_for([*base, f"trainer.epochs={epochs}"], run_dir=str(run_dir))
+        argv = [a for a in plan.trainer_args if a != "--disable-amp"]
+        plan = dataclasses.replace(plan, trainer_args=argv, resume="auto")
+        recorder = RunRecorder(run_dir, {}, enabled=True)
+        return classify.train(plan, recorder)
+
+    first = train(1)
+    saved = classify._torch_load(classify.checkpoint_dir(run_dir) / classify.LATEST)
+    assert saved["scaler"]["_growth_tracker"] == first["steps"] == 2  # update() every step
+    second = train(2)  # resumes: the scaler's state comes back, then two more updates
+    saved = classify._torch_load(classify.checkpoint_dir(run_dir) / classify.LATEST)
+    assert (saved["epoch"], second["steps"]) == (1, 4)
+    assert saved["scaler"]["_growth_tracker"] == 4

@@ -22,7 +22,7 @@ from .conftest import REPO, cli_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.gan]
 
-CUDA_ONLY = {"bf16", "compile", "cuda_graph"}
+CUDA_ONLY = {"bf16", "compile", "cuda_graph", "classify_sync_bn"}
 
 
 @pytest.fixture(scope="module")
