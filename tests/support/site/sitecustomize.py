@@ -19,6 +19,10 @@ EXPERIMENTS_TEST_KILL_DURING_GAN_SAVE=N: the process writing a GAN checkpoint of
 (MMGen's torch.save into a file named iter_N.pth, under whatever temporary name) writes half
 of it, syncs it and SIGKILLs itself: a crash in the middle of a checkpoint write. Under
 torchrun only in the first round (TORCHELASTIC_RESTART_COUNT 0): the restarted ranks go on.
+
+EXPERIMENTS_TEST_RECORD_READS=DIR: every index a DataLoader reads from a map-style dataset
+(torch's own fetcher, in the process or its loader workers) is appended to DIR/rank<RANK>.txt:
+what each rank read, whatever the dataset (MMGen's image folders included).
 """
 
 import os
@@ -160,3 +164,29 @@ def _kill_during_gan_save(iteration: str) -> None:
 
 if _KILL_DURING_GAN_SAVE:
     _kill_during_gan_save(_KILL_DURING_GAN_SAVE)
+
+
+_RECORD_READS = os.environ.get("EXPERIMENTS_TEST_RECORD_READS")
+
+
+def _record_reads(folder: str) -> None:
+    import functools
+
+    from torch.utils.data._utils import fetch
+
+    original = fetch._MapDatasetFetcher.fetch
+
+    @functools.wraps(original)
+    def record(self, possibly_batched_index):
+        indices = possibly_batched_index if self.auto_collation else [possibly_batched_index]
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"rank{os.environ.get('RANK', '0')}.txt")
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write("".join(f"{int(index)}\n" for index in indices))
+        return original(self, possibly_batched_index)
+
+    fetch._MapDatasetFetcher.fetch = record
+
+
+if _RECORD_READS:
+    _record_reads(_RECORD_READS)
