@@ -97,6 +97,20 @@ class RunPlan:
             **({"trainer_args": self.trainer_args} if self.trainer_args else {}),
         }
 
+    def stop_bound(self) -> str:
+        """What a stop loses on SpikingJelly's loop (engines/spikingjelly_loop.py)."""
+        interval = self.training_config.checkpoint_interval
+        killed = (
+            f"at most {interval} step(s) (trainer.checkpoint_interval)"
+            if interval
+            else "every step since the start (trainer.checkpoint_interval=0)"
+        )
+        return (
+            "SIGTERM/SIGUSR2 in a Slurm task (requeue, preemption, time limit): a checkpoint of "
+            "the step the signal came in, then the run ends interrupted (nothing lost); a "
+            f"killed rank loses {killed}; the last step is always saved"
+        )
+
     def as_text(self) -> str:
         plan = self.as_dict()
         dims = self.dims
@@ -118,6 +132,8 @@ class RunPlan:
             f"  launcher   {plan['launcher']}; it would execute:",
         ]
         lines += launch_lines(plan["launcher"], self.launch_command)
+        if self.engine == "spikingjelly":
+            lines.append(f"  on a stop  {self.stop_bound()}")
         if self.trainer_args:
             lines.append("  SpikingJelly train_classify.Trainer arguments (get_args_parser()):")
             lines += [f"    {argument}" for argument in self.trainer_args]

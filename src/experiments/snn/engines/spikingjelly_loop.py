@@ -135,30 +135,33 @@ class LoopHooks:
         if self.ranks is None:
             self.ranks = self._placement(scope["model"])
         final = self._final_step(scope)
-        loss = scope["loss"].detach().to(self.device, torch.float64).clone()
-        dp_size = int(scope["dp_size"])
-        if dp_size > 1:
-            dist.all_reduce(loss, group=scope["dp_group"])
-        self.last_loss = loss.item() / dp_size
         if step % self.log_every == 0 or step == final:
-            record: dict[str, Any] = {
-                "step": step,
-                "loss": self.last_loss,
-                "time": time.time(),
-            }
-            if self.check_replicas:
-                record["replica_max_diff"] = _replica_spread(
-                    scope["model"], scope["dp_group"], dp_size, self.device
-                )
-            self.recorder.scalar("train/loss", self.last_loss, step)
-            if self.recorder.enabled:
-                append_jsonl(self.plan.run_dir / STEPS, record)
+            self._log_step(scope, step)
         if self.stop is not None:
             flag = torch.tensor(int(self.stop.received is not None), device=self.device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             self.stopping = bool(flag.item())
         self.save_now = self.stopping or step == final
-        self.prune()
+        every = self.interval or NEVER
+        if step % every == 1 % every:  # the step after a periodic save started
+            self.prune()
+
+    def _log_step(self, scope: dict[str, Any], step: int) -> None:
+        """The step's loss averaged over the data-parallel ranks (every rank holds its own;
+        under PP the loop has broadcast the last stage's), into steps.jsonl and trackers."""
+        loss = scope["loss"].detach().to(self.device, torch.float64).clone()
+        dp_size = int(scope["dp_size"])
+        if dp_size > 1:
+            dist.all_reduce(loss, group=scope["dp_group"])
+        self.last_loss = loss.item() / dp_size
+        record: dict[str, Any] = {"step": step, "loss": self.last_loss, "time": time.time()}
+        if self.check_replicas:
+            record["replica_max_diff"] = _replica_spread(
+                scope["model"], scope["dp_group"], dp_size, self.device
+            )
+        self.recorder.scalar("train/loss", self.last_loss, step)
+        if self.recorder.enabled:
+            append_jsonl(self.plan.run_dir / STEPS, record)
 
     def _final_step(self, scope: dict[str, Any]) -> int:
         total = self.config.epochs * len(scope["train_loader"])
