@@ -20,6 +20,7 @@ from experiments import validation as check
 from experiments.composition import _placeholder_root_for_dry_run, _resolve
 from experiments.gan.recipes import is_gan
 from experiments.known_keys import check_known_keys
+from experiments.run import early_stopping
 from experiments.run.recorded_config import check_against_record
 
 if TYPE_CHECKING:
@@ -43,7 +44,8 @@ def build_plan(
 
         gan_plan = build_gan_plan(values, run_dir, overrides, choices)
         gan_plan.extensions = extensions
-        return gan_plan
+        return early_stopping.attach(gan_plan, values["trainer"], gan=True)
     from experiments.snn.plan import build_snn_plan
 
-    return build_snn_plan(cfg, values, run_dir, overrides, choices, extensions)
+    plan = build_snn_plan(cfg, values, run_dir, overrides, choices, extensions)
+    return early_stopping.attach(plan, values["trainer"], gan=False)

@@ -29,6 +29,7 @@ from experiments.errors import ConfigError
 from experiments.plan import build_plan
 from experiments.run import failures, lock
 from experiments.run.checkpoint import CheckpointError
+from experiments.run.early_stopping import Pruned
 from experiments.run.record import (
     COMMAND_ENV,
     NoSpaceError,
@@ -185,6 +186,11 @@ def run(
         watchdog.stop()
         recorder.finish("interrupted", interrupted=getattr(stopped, "reason", None))
         raise
+    except Pruned as pruned:  # a search's pruner stopped this trial (run/early_stopping.py)
+        watchdog.stop()
+        recorder.finish("pruned", metrics=pruned.metrics)
+        print(f"Run pruned: {pruned}")
+        return math.nan
     except CheckpointError as error:
         watchdog.stop()
         recorder.finish("failed", error=str(error))

@@ -37,6 +37,7 @@ from experiments.gan import conditional, mmgen_compat
 from experiments.gan import ddp as gan_ddp
 from experiments.gan import hooks as gan_hooks
 from experiments.gan.recipes import CHECKPOINT_DIRNAME, SAMPLES_DIRNAME
+from experiments.run import early_stopping
 from experiments.run.record import RunRecorder
 from experiments.run.stop import GracefulStop
 
@@ -264,6 +265,12 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
     cfg.custom_hooks.append(
         dict(type=gan_hooks.STOP_HOOK, stop=stop, distributed=distributed, priority="LOWEST")
     )
+    if getattr(plan, "early_stopping", None) is not None:  # run/early_stopping.py's mmcv hook
+        monitor = early_stopping.Monitor(
+            plan.early_stopping, plan.objective, recorder.summary,
+            agree=early_stopping.broadcast_from_rank0,
+        )  # fmt: skip
+        cfg.custom_hooks.append(early_stopping.mmcv_hook(monitor, plan.recipe.log_interval))
 
     timestamp = time.strftime("%Y%m%d_%H%M%S")
     log_file = str(plan.run_dir / f"{timestamp}.log") if rank == 0 else None
@@ -300,7 +307,7 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
         last = hook_last(hook_recorder)
         metrics = {
             "iters": plan.recipe.iters,
-            "steps": plan.recipe.iters,
+            "steps": last.get("step", plan.recipe.iters),  # fewer when stopped early
             "loss_gen": last.get("loss_gen"),
             "loss_disc": last.get("loss_disc"),
             "images_per_second": last.get("images_per_second"),

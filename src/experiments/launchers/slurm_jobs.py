@@ -42,6 +42,21 @@ RECORDED = ("completed", "failed", "interrupted")
 def launch(
     launcher: Any, config: DictConfig, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
 ) -> list[JobReturn]:
+    jobs = submit(launcher, config, job_overrides, initial_job_idx)
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    return [
+        outcome(job, list(overrides), sweep_dir / str(idx))
+        for idx, (job, overrides) in enumerate(
+            zip(jobs, job_overrides, strict=True), start=initial_job_idx
+        )
+    ]
+
+
+def submit(
+    launcher: Any, config: DictConfig, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+) -> list[Any]:
+    """The points as one job array, without waiting (an Optuna search refills a slot as soon
+    as one of its jobs ends: sweepers/optuna.py)."""
     import submitit
     from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 
@@ -73,13 +88,7 @@ def launch(
         job_params.append(
             (list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state())
         )
-    jobs = executor.map_array(launcher, *zip(*job_params, strict=True))
-    return [
-        _outcome(job, list(overrides), sweep_dir / str(idx))
-        for idx, (job, overrides) in enumerate(
-            zip(jobs, job_overrides, strict=True), start=initial_job_idx
-        )
-    ]
+    return list(executor.map_array(launcher, *zip(*job_params, strict=True)))
 
 
 def _wait(job: Any) -> None:
@@ -90,7 +99,7 @@ def _wait(job: Any) -> None:
         time.sleep(POLL_S)
 
 
-def _outcome(job: Any, overrides: list[str], run_dir: Path) -> JobReturn:
+def outcome(job: Any, overrides: list[str], run_dir: Path) -> JobReturn:
     _wait(job)
     if job.state == "COMPLETED" or job.paths.result_pickle.exists():  # (no sacct: no state)
         try:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.report import figures as figs
+from experiments.report import seeds
 from experiments.report.families import GAN, SNN, Family, family
 from experiments.report.points import PointIndex, replacing
 
@@ -107,18 +108,30 @@ def write_report(
         status: sum(r["status"] == status for r in table)
         for status in sorted({r["status"] for r in table})
     }
+    # Seeds as replicates (report/seeds.py): one row per configuration of the other keys.
+    seed_table: list[dict[str, Any]] = []
+    config_keys = seeds.config_keys(keys)
+    if seeds.varies_seed(points):
+        seed_table = seeds.groups(points, config_keys, fam)
+        seeds.write_csv(sweep_dir, seed_table, config_keys, fam)
     plots = [p.name for p in sorted(sweep_dir.glob("*.png"))]
     if figures:
         for stale in sweep_dir.glob("metric_vs_*.png"):  # the swept keys may have changed
             stale.unlink(missing_ok=True)  # another job's report writer may have removed it
         plots = figs.draw(sweep_dir, points, keys, fam) if points else []
+        if seed_table:
+            plots += seeds.draw(sweep_dir, points, seed_table, config_keys, fam)
         plots += _optuna_figures(sweep_dir)
         index.set("figures_at", time.time())
     index.save()
     with replacing(sweep_dir / "report.md") as temporary:
         temporary.write_text(
-            _markdown(sweep_dir, columns, table, counts, ranked, plots, fam), encoding="utf-8"
-        )
+            _markdown(
+                sweep_dir, columns, table, counts, ranked, plots, fam,
+                seeds.markdown(seed_table, config_keys, fam) if seed_table else [],
+            ),
+            encoding="utf-8",
+        )  # fmt: skip
     return {
         "objective": objective,
         "points": len(table),
@@ -131,6 +144,10 @@ def write_report(
         "interrupted": [r for r in table if r["status"] == "interrupted"],
         "rows": table,
         "figures": plots,
+        # seeds as replicates: one row per configuration, best mean first ([] without seeds)
+        "seeds": seed_table,
+        "seed_keys": config_keys,
+        "pruned": [r for r in table if r["status"] == "pruned"],
     }
 
 
@@ -157,6 +174,7 @@ def _markdown(
     ranked: list[dict[str, Any]],
     plots: list[str],
     fam: Family = SNN,
+    seed_lines: list[str] | None = None,
 ) -> str:
     objective = fam.objective
     lines = [
@@ -164,7 +182,10 @@ def _markdown(
         "",
         ", ".join(f"{n} {status}" for status, n in counts.items()) or "no points yet",
         "",
+        *(seed_lines or []),
     ]
+    if seed_lines:
+        lines += ["## Points", ""]
     if ranked:
         best, worst = ranked[0], ranked[-1]
         lines += [
@@ -221,6 +242,23 @@ def format_outcome(sweep_dir: Path, outcome: dict[str, Any]) -> str:
             f"  best {objective} {outcome['best'][objective]:.4f} at point "
             f"{outcome['best']['point']}"
         )
+    best = (outcome.get("seeds") or [None])[0]
+    if (
+        best is not None
+        and best[f"{outcome['objective']}_mean"] == best[f"{outcome['objective']}_mean"]
+    ):  # not NaN: some seed completed
+        objective = outcome["objective"]
+        config = ", ".join(f"{k}={best[k]}" for k in outcome["seed_keys"]) or "all points"
+        lines.append(
+            f"  best configuration by mean {objective} over seeds: {config}: "
+            f"{best[f'{objective}_mean']:.4f} ± {best[f'{objective}_std']:.4f} "
+            f"({best['n_completed']} of {best['n']} seeds; report_seeds.csv)"
+        )
+    failed_seeds = sum(row["n_failed"] for row in outcome.get("seeds") or [])
+    if failed_seeds:
+        lines.append(f"  {failed_seeds} failed seed(s) counted in report_seeds.csv (n_failed)")
+    for row in outcome.get("pruned") or []:
+        lines.append(f"  pruned point {row['point']} (stopped early by the search's pruner)")
     for row in outcome["rows"]:
         if row["slurm_job"]:
             lines.append(

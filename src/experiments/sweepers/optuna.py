@@ -16,6 +16,12 @@ first trial that fails (our sweep points return NaN when they fail). Here:
 - a trial whose run failed (it returned NaN, see train.py, or its job raised) is FAIL (user
   attribute `failure`), and the search goes on. (A Slurm job that dies makes submitit raise
   out of the whole batch: the search stops, and its re-run fails those trials as interrupted.)
+- with `pruner=median|hyperband`, each trial reports its objective after every evaluation
+  and the pruner may stop it there (sweepers/pruning.py): its run is recorded `pruned`, the
+  trial PRUNED (it counts against the budget), and the search goes on;
+- on Slurm, `n_jobs` trials stay in flight: the first `n_jobs` go out as one job array, and
+  each trial that ends is told at once and its slot refilled with a new trial (one job),
+  rather than waiting for the whole batch (hydra issues 2257/3091).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from omegaconf import OmegaConf
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from experiments.run.record import read_summary
+from experiments.sweepers import pruning
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +53,12 @@ FAILURE = "failure"  # user attribute: why a trial's run failed
 
 
 class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
+    def __init__(
+        self, *args: Any, pruning: tuple[str, dict[str, Any]] = ("none", {}), **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.pruning = pruning
+
     def sweep(self, arguments: list[str]) -> None:
         assert self.config is not None and self.launcher is not None
         self._process_searchspace_config()
@@ -78,6 +91,15 @@ class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
             f"done, {to_go} to go (sampler {type(self.sampler).__name__}, "
             f"directions {directions})"
         )
+        pruning.write_spec(
+            Path(self.config.hydra.sweep.dir),
+            pruning.absolute_sqlite(self.storage),
+            study.study_name,
+            *self.pruning,
+        )
+        if to_go > 0 and self._on_slurm():
+            self._keep_in_flight(study, distributions, fixed, to_go, len(directions))
+            to_go = 0
         while to_go > 0:
             batch = [study.ask() for _ in range(min(self.n_jobs, to_go))]
             overrides = self._configure_trials(batch, distributions, fixed)
@@ -85,6 +107,58 @@ class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
                 self._tell(study, trial, ret, len(directions))
             to_go -= len(batch)
         self._save_results(study, len(directions))
+
+    def _on_slurm(self) -> bool:
+        from hydra_plugins.experiments_launchers.slurm import ExperimentsSlurmLauncher
+
+        return isinstance(self.launcher, ExperimentsSlurmLauncher)
+
+    def _keep_in_flight(
+        self,
+        study: optuna.Study,
+        distributions: dict[str, Any],
+        fixed: dict[str, Any],
+        to_go: int,
+        n_objectives: int,
+    ) -> None:
+        """n_jobs trials as Slurm jobs at all times: the first n_jobs as one job array, then
+        each trial that ends is told at once and a new one submitted in its slot."""
+        import time
+
+        from experiments.launchers import slurm_jobs
+
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        running: list[tuple[Trial, Any, list[str]]] = []
+
+        def submit(count: int) -> None:
+            trials = [study.ask() for _ in range(count)]
+            overrides = self._configure_trials(trials, distributions, fixed)
+            first = trials[0].number
+            if [t.number for t in trials] == list(range(first, first + len(trials))):
+                jobs = slurm_jobs.submit(self.launcher, self.config, overrides, first)
+            else:  # another process asks from the same study: one job per trial
+                jobs = [
+                    slurm_jobs.submit(self.launcher, self.config, [o], t.number)[0]
+                    for t, o in zip(trials, overrides, strict=True)
+                ]
+            running.extend(zip(trials, jobs, map(list, overrides), strict=True))
+
+        started = min(self.n_jobs, to_go)
+        submit(started)
+        to_go -= started
+        while running:
+            ended = [entry for entry in running if entry[1].done(force_check=True)]
+            if not ended:
+                time.sleep(slurm_jobs.POLL_S)
+                continue
+            for entry in ended:
+                trial, job, overrides = entry
+                running.remove(entry)
+                ret = slurm_jobs.outcome(job, overrides, sweep_dir / str(trial.number))
+                self._tell(study, trial, ret, n_objectives)
+                if to_go > 0:  # the slot is free: refill it now
+                    submit(1)
+                    to_go -= 1
 
     def _hold_the_study(self) -> None:
         """One search process per study: a second one (the same command in another shell)
@@ -118,6 +192,7 @@ class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
             study_name=self.study_name or (DEFAULT_STUDY_NAME if storage else None),
             storage=storage,
             sampler=self.sampler,
+            pruner=pruning.build(*self.pruning),
             directions=directions,
             load_if_exists=True,
         )
@@ -137,8 +212,12 @@ class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
     def _settle_interrupted(self, study: optuna.Study, n_objectives: int) -> None:
         """Trials still RUNNING when the search starts belong to a search that was killed."""
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            values = _recorded_values(Path(self.config.hydra.sweep.dir) / str(trial.number))
-            if values is not None and len(values) == n_objectives:
+            run_dir = Path(self.config.hydra.sweep.dir) / str(trial.number)
+            values = _recorded_values(run_dir)
+            if (read_summary(run_dir) or {}).get("status") == "pruned":
+                log.info(f"Trial {trial.number} had been pruned before the interruption")
+                self._tell_state(study, trial.number, TrialState.PRUNED)
+            elif values is not None and len(values) == n_objectives:
                 log.info(f"Trial {trial.number} had completed before the interruption: {values}")
                 self._tell_state(study, trial.number, TrialState.COMPLETE, values)
             else:
@@ -153,7 +232,13 @@ class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
     def _tell(self, study: optuna.Study, trial: Trial, ret: JobReturn, n_objectives: int) -> None:
         """COMPLETE with the run's value(s); FAIL when the run failed. Optuna 2.10 refuses a
         NaN value (tell raises and leaves the trial RUNNING), and the stock plugin then aborts
-        the search: a failed sweep point returns NaN (train.py), so it is a FAIL here."""
+        the search: a failed sweep point returns NaN (train.py), so it is a FAIL here. A run
+        the pruner stopped is recorded `pruned` in its summary.json: PRUNED here."""
+        summary = read_summary(Path(self.config.hydra.sweep.dir) / str(trial.number)) or {}
+        if summary.get("status") == "pruned":
+            log.info(f"Trial {trial.number} pruned: {summary.get('pruned')}")
+            self._tell_state(study, trial.number, TrialState.PRUNED)
+            return
         try:
             returned = ret.return_value  # raises the job's exception when the job failed
             values = [float(v) for v in (returned if n_objectives > 1 else [returned])]

@@ -40,6 +40,7 @@ from typing import Any
 
 from experiments import validation as check
 from experiments.errors import ConfigError
+from experiments.run.early_stopping import Monitor, Verdict, broadcast_from_rank0
 
 NAME = "classify"
 CHECKPOINTS = "checkpoints"  # <run>/checkpoints: the Trainer's --output-dir
@@ -372,7 +373,11 @@ def train(plan: Any, recorder: Any) -> dict[str, Any]:
         shutil.rmtree(plan.run_dir / CHECKPOINTS, ignore_errors=True)
     try:
         with _library_patches(args.device):
-            trainer.main(args)
+            try:
+                trainer.main(args)
+                trainer.after_checkpoint()  # the last epoch's: kept if it was the best
+            except _EarlyStop:  # raised where the next epoch would start (run/early_stopping.py)
+                pass
         metrics = trainer.final_metrics(args)
         if args.distributed:
             metrics["replica_max_diff"] = trainer.replica_spread()
@@ -533,6 +538,9 @@ def _trainer_class() -> type:
             self.history: list[dict[str, Any]] = []
             self._epoch: dict[str, Any] = {}
             self._truncated = False
+            # early stopping and a search's pruner after each epoch (run/early_stopping.py)
+            self.monitor = Monitor.for_plan(plan, recorder.summary, agree=broadcast_from_rank0)
+            self._verdict = Verdict(improved=False, stop=False)
 
         # --- data and model: our groups -------------------------------------------------
 
@@ -617,6 +625,7 @@ def _trainer_class() -> type:
             scaler: Any = None,
         ) -> tuple[float, float, float]:
             """The library's epoch; records its throughput and where a resume starts."""
+            self.after_checkpoint()  # the Trainer saved the previous epoch's checkpoint
             steps_per_epoch = len(data_loader)
             args.steps_per_epoch = steps_per_epoch  # saved with the checkpoint's args
             if not self._truncated:  # epochs after the checkpoint are trained again
@@ -664,10 +673,27 @@ def _trainer_class() -> type:
                 self._log_epoch()
             return loss, acc1, acc5
 
+        def after_checkpoint(self) -> None:
+            """After the Trainer saved an epoch's checkpoint: keep it as the best if that
+            epoch was, and stop here if early stopping said so."""
+            verdict, self._verdict = self._verdict, Verdict(improved=False, stop=False)
+            if verdict.improved:
+                folder = checkpoint_dir(self.plan.run_dir)
+                if self.recorder.enabled:
+                    shutil.copyfile(folder / LATEST, folder / f".{BEST_FILE}.tmp")
+                    os.replace(folder / f".{BEST_FILE}.tmp", folder / BEST_FILE)
+                self.monitor.kept(folder / BEST_FILE)
+            if verdict.stop:
+                raise _EarlyStop
+
         def _log_epoch(self) -> None:
             record = dict(self._epoch)
             self.history.append(record)
             self.recorder.log_metrics(record)
+            if self.monitor.active:
+                self._verdict = self.monitor.after_evaluation(
+                    record["step"], record["epoch"], record
+                )
             if self.recorder.enabled:
                 print(
                     f"epoch {record['epoch']}: val_accuracy={record['val_accuracy']:.4f} "
@@ -701,6 +727,11 @@ def _trainer_class() -> type:
 
 
 _TRAINER: type | None = None
+BEST_FILE = "checkpoint_best.pth"  # early stopping's best epoch, beside the Trainer's own
+
+
+class _EarlyStop(Exception):
+    """Early stopping ends Trainer.main where its next epoch would start."""
 
 
 def _mean_throughput(history: list[dict[str, Any]]) -> float:

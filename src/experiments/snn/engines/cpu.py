@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from experiments import distributed_env
 from experiments.run import checkpoint
+from experiments.run.early_stopping import BEST, Monitor
 from experiments.run.record import STEPS, RunRecorder, append_jsonl
 from experiments.run.stop import GracefulStop
 from experiments.snn.engines.cpu_parallel import (
@@ -132,6 +133,8 @@ class _Trainer:
         # tell a real FSDP2/TP/PP shard from a silent fallback to a whole model per rank.
         recorder.summary["ranks"] = ranks = context.gather(self._placement())
         recorder.summary["restarts"] = distributed_env.restarts(ranks)
+        # early stopping and a search's pruner, after each epoch (run/early_stopping.py)
+        self.monitor = Monitor.for_plan(plan, recorder.summary, agree=context.broadcast)
 
     def _placement(self) -> dict[str, Any]:
         from torch.distributed.tensor import DTensor
@@ -240,7 +243,7 @@ class _Trainer:
 
     # --- checkpoints ----------------------------------------------------------------------
 
-    def _save(self, step: int, epoch: int, batch_in_epoch: int) -> None:
+    def _save(self, step: int, epoch: int, batch_in_epoch: int, best: bool = False) -> None:
         model_state, optimizer_state = get_state_dict(
             self.model, self.optimizer, options=FULL_STATE
         )
@@ -255,9 +258,10 @@ class _Trainer:
             "batch_in_epoch": batch_in_epoch,
             "recipe": self.recipe,
             "mesh": self.plan.dims.as_dict(),
+            "early_stopping": self.monitor.state(),
         }
-        checkpoint.save(
-            self.root,
+        saved = checkpoint.save(
+            self.root / BEST if best else self.root,  # best/: never pruned by the newest-N
             step,
             state,
             meta,
@@ -265,8 +269,10 @@ class _Trainer:
             is_writer=self.context.dp_rank == 0,
             is_leader=self.context.is_leader,
             barrier=self.context.barrier,
-            keep=self.plan.trainer["keep_checkpoints"],
+            keep=1 if best else self.plan.trainer["keep_checkpoints"],
         )
+        if best:
+            self.monitor.kept(saved)
 
     def _resume(self) -> tuple[int, int, int]:
         plan, context = self.plan, self.context
@@ -295,6 +301,7 @@ class _Trainer:
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"]["torch"])
+        self.monitor.restore(meta.get("early_stopping"))
         step = int(meta["step"])
         # Steps after the checkpoint are trained again: drop their records, keep one history.
         self.recorder.truncate_logs(after_step=step)
@@ -395,6 +402,15 @@ class _Trainer:
             )
             if context.is_leader:  # tqdm.write prints even where the bar is disabled
                 bar.write(f"epoch {epoch}: val_accuracy={val_accuracy:.4f} val_loss={val_loss:.4f}")
+            if self.monitor.active:
+                evaluated = {"val_accuracy": val_accuracy, "val_loss": val_loss,
+                             "train_loss": epoch_loss / max(epoch_steps, 1)}  # fmt: skip
+                verdict = self.monitor.after_evaluation(step, epoch, evaluated)
+                if verdict.improved:
+                    self._save(step, *position, best=True)
+                if verdict.stop:
+                    log.warning("early stopping at step %d (epoch %d)", step, epoch)
+                    break
         bar.close()
         profiler.stop()
         if math.isnan(val_accuracy):  # resumed at the last step: nothing was evaluated yet

@@ -1,0 +1,330 @@
+"""Early stopping and per-evaluation reporting, shared by the engines whose loops take a hook.
+
+`trainer.early_stopping` (metric, mode, patience, min_delta) stops a run once its monitored
+metric has not improved by more than `min_delta` for `patience` evaluations in a row (an
+epoch's validation for SNN engines; a log interval's losses for GAN runs, which have no
+per-interval validation). The engine keeps a checkpoint of the best evaluation beside its
+usual ones, and summary.json's `early_stopping` says whether and why the run stopped, at which
+step, and where its best checkpoint is.
+
+The same call (`Monitor.after_evaluation`) reports the run's objective to an Optuna study
+when the run is a trial of a search with a pruner (sweepers/pruning.py), and raises `Pruned`
+when the pruner stops it. One object, one call per evaluation: each engine adds a few lines,
+not a policy of its own.
+
+Engines: our CPU engine (`cpu`), SpikingJelly's classic Trainer (`classify`) and MMGen's
+runner (an mmcv hook). SpikingJelly's own `train_classification` loop has no hook or
+callback (ENVIRONMENT.md): early stopping is refused before launch there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from experiments.errors import ConfigError
+from experiments.known_keys import nearest
+
+KEYS = ("patience", "metric", "mode", "min_delta")
+MODES = ("auto", "max", "min")
+# What each family's loop evaluates while it trains (what can be monitored).
+SNN_METRICS = ("val_accuracy", "val_loss", "train_loss")
+GAN_METRICS = ("loss_gen", "loss_disc")
+ENGINES_WITHOUT_HOOKS = {
+    "spikingjelly": "SpikingJelly's train_classification loop has no hook or callback to stop "
+    "it early; use trainer.engine=cpu or trainer=classify",
+}
+BEST = "best"  # the CPU engine's best checkpoint: <run>/checkpoints/best/step_N/
+
+
+@dataclass(frozen=True)
+class EarlyStopping:
+    """A validated `trainer.early_stopping` with `auto` resolved."""
+
+    metric: str
+    mode: str  # max | min
+    patience: int
+    min_delta: float
+
+    def better(self, value: float, best: float | None) -> bool:
+        """Improves on `best` by more than min_delta (a NaN never improves)."""
+        if math.isnan(value):
+            return False
+        if best is None:
+            return True
+        if self.mode == "max":
+            return value > best + self.min_delta
+        return value < best - self.min_delta
+
+
+def from_trainer(trainer: dict[str, Any], gan: bool, engine: str) -> EarlyStopping | None:
+    """`trainer.early_stopping` checked; None when off (patience null). Raises ConfigError
+    naming the key, the bad value and a valid choice."""
+    node = trainer.get("early_stopping")
+    if node is None:
+        return None
+    if not isinstance(node, dict):
+        raise ConfigError("trainer.early_stopping", node, "a mapping of " + ", ".join(KEYS))
+    for key in sorted(set(node) - set(KEYS)):
+        hint = nearest(key, list(KEYS), "trainer.early_stopping.", "valid keys: ")
+        raise ConfigError(f"trainer.early_stopping.{key}", node[key], hint)
+    patience = node.get("patience")
+    if patience is None:
+        return None
+    if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+        raise ConfigError(
+            "trainer.early_stopping.patience",
+            patience,
+            "an integer >= 1 (evaluations without improvement before stopping), or null: off",
+        )
+    if engine in ENGINES_WITHOUT_HOOKS:
+        raise ConfigError(
+            "trainer.early_stopping.patience", patience, ENGINES_WITHOUT_HOOKS[engine]
+        )
+    metrics = GAN_METRICS if gan else SNN_METRICS
+    metric = node.get("metric", "auto")
+    if metric == "auto":
+        metric = metrics[0]
+    if metric not in metrics:
+        kind = "a GAN run logs" if gan else "an SNN run evaluates"
+        raise ConfigError(
+            "trainer.early_stopping.metric",
+            metric,
+            f"one of auto, {', '.join(metrics)} (what {kind} while it trains)",
+        )
+    mode = node.get("mode", "auto")
+    if mode not in MODES:
+        raise ConfigError("trainer.early_stopping.mode", mode, "one of " + ", ".join(MODES))
+    if mode == "auto":
+        mode = "max" if metric.endswith("accuracy") else "min"
+    delta = node.get("min_delta", 0.0)
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not delta >= 0:
+        raise ConfigError("trainer.early_stopping.min_delta", delta, "a number >= 0, e.g. 0.001")
+    return EarlyStopping(metric, mode, patience, float(delta))
+
+
+def attach(plan: Any, trainer: dict[str, Any], gan: bool) -> Any:
+    """Planning: the plan carries its checked early-stopping settings (or None)."""
+    plan.early_stopping = from_trainer(trainer, gan, plan.engine)
+    return plan
+
+
+@dataclass
+class Verdict:
+    improved: bool  # this evaluation is the best so far: keep a checkpoint of it
+    stop: bool  # patience used up: stop after this evaluation's checkpoint
+
+
+class Pruned(Exception):
+    """The search's pruner stopped this run after an evaluation: the run ends at once and
+    is recorded `pruned` (train.py), the trial PRUNED (sweepers/optuna.py)."""
+
+    def __init__(self, record: dict[str, Any], metrics: dict[str, Any]) -> None:
+        super().__init__(
+            f"pruned by the search's pruner at step {record['step']} "
+            f"({record['objective']}={record['value']})"
+        )
+        self.record = record
+        self.metrics = metrics
+
+
+class Monitor:
+    """One per run, on every rank. `agree(value)` returns rank 0's value on every rank
+    (a broadcast; identity in one process): decisions that read a shared storage are rank
+    0's, so all ranks stop together."""
+
+    def __init__(
+        self,
+        settings: EarlyStopping | None,
+        objective: str,
+        summary: dict[str, Any],
+        reporter: Any = None,
+        agree: Callable[[Any], Any] = lambda value: value,
+    ) -> None:
+        self.settings = settings
+        self.objective = objective
+        self.summary = summary  # the recorder's summary (rank 0 writes it)
+        self.reporter = reporter
+        self.agree = agree
+        self.best: float | None = None
+        self.best_step: int | None = None
+        self.best_epoch: int | None = None
+        self.bad = 0  # evaluations since the last improvement
+        self.evaluations = 0
+        self.checkpoint: str | None = None
+        if settings is not None:
+            summary["early_stopping"] = {**asdict(settings), "stopped": False}
+
+    @classmethod
+    def for_plan(cls, plan: Any, summary: dict[str, Any], agree: Any = None) -> Monitor:
+        from experiments.sweepers.pruning import TrialReporter
+
+        return cls(
+            getattr(plan, "early_stopping", None),
+            plan.objective,
+            summary,
+            TrialReporter.for_run(plan.run_dir),
+            agree or (lambda value: value),
+        )
+
+    @property
+    def active(self) -> bool:
+        return self.settings is not None or self.reporter is not None
+
+    def after_evaluation(self, step: int, epoch: int | None, metrics: dict[str, Any]) -> Verdict:
+        """After each evaluation: report to the study (may raise Pruned), then the early-
+        stopping verdict."""
+        self.evaluations += 1
+        if self.reporter is not None:
+            value = reported_value(metrics, self.objective)
+            prune = self.agree(self.reporter.report(value, self.evaluations))
+            if prune:
+                record = {
+                    "step": step,
+                    "epoch": epoch,
+                    "evaluation": self.evaluations,
+                    "objective": self.objective,
+                    "value": value,
+                    "trial": self.reporter.number,
+                }
+                self.summary["pruned"] = record
+                raise Pruned(record, {**_finite(metrics), "steps": step})
+        settings = self.settings
+        if settings is None:
+            return Verdict(False, False)
+        value = float(metrics.get(settings.metric, math.nan))
+        improved = settings.better(value, self.best)
+        if improved:
+            self.best, self.best_step, self.best_epoch, self.bad = value, step, epoch, 0
+        else:
+            self.bad += 1
+        stop = self.bad >= settings.patience
+        record = self.summary["early_stopping"]
+        record.update(best=self.best, best_step=self.best_step, best_epoch=self.best_epoch)
+        if stop:
+            record.update(
+                stopped=True,
+                stopped_at_step=step,
+                stopped_at_epoch=epoch,
+                reason=f"{settings.metric} did not improve by more than {settings.min_delta} "
+                f"for {settings.patience} evaluation(s) after its best, "
+                f"{self.best} at step {self.best_step}",
+            )
+        return Verdict(improved, stop)
+
+    def kept(self, path: Any) -> None:
+        """Where the engine saved the best evaluation's checkpoint."""
+        self.checkpoint = str(path)
+        if self.settings is not None:
+            self.summary["early_stopping"]["best_checkpoint"] = self.checkpoint
+
+    # a resumed run continues its count (the CPU engine keeps this in checkpoint meta)
+    def state(self) -> dict[str, Any]:
+        return {
+            "best": self.best,
+            "best_step": self.best_step,
+            "best_epoch": self.best_epoch,
+            "bad": self.bad,
+            "evaluations": self.evaluations,
+            "checkpoint": self.checkpoint,
+        }
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        if not state:
+            return
+        self.best, self.best_step = state.get("best"), state.get("best_step")
+        self.best_epoch, self.bad = state.get("best_epoch"), int(state.get("bad", 0))
+        self.evaluations = int(state.get("evaluations", 0))
+        if state.get("checkpoint"):
+            self.kept(state["checkpoint"])
+        if self.settings is not None:
+            self.summary["early_stopping"].update(
+                best=self.best, best_step=self.best_step, best_epoch=self.best_epoch
+            )
+
+
+def reported_value(metrics: dict[str, Any], objective: str) -> float:
+    """The objective as the study sees it: NaN when the epoch's losses are not finite (a
+    diverged run's accuracy is that of a constant guess, not a measurement). The reporter
+    stores it as the worst value (Optuna 2.10's storage refuses NaN), which a pruner stops."""
+    value = float(metrics.get(objective, math.nan))
+    losses = [v for k, v in metrics.items() if "loss" in k and isinstance(v, (int, float))]
+    if not all(math.isfinite(v) for v in losses):
+        return math.nan
+    return value
+
+
+def _finite(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str))}
+
+
+def broadcast_from_rank0(value: Any) -> Any:
+    """`agree` for engines on torch.distributed (identity in one process)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return value
+    holder = [value]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
+def mmcv_hook(monitor: Monitor, interval: int, save_best: bool = True) -> Any:
+    """The mmcv hook for GAN runs (registered on first use, nothing in mmcv edited): every
+    `interval` iterations it reads the iteration's losses as the record hook does, asks the
+    monitor, keeps `best.pth` beside MMGen's iter_N.pth when the metric improved, and ends the
+    runner after this iteration when patience is used up (its checkpoint and record hooks see
+    that iteration as the last and save and record it)."""
+    from mmcv.runner import HOOKS, Hook
+
+    name = "ExperimentsEarlyStoppingHook"
+    if name not in HOOKS.module_dict:
+
+        class ExperimentsEarlyStoppingHook(Hook):
+            def __init__(self, monitor: Monitor, interval: int, save_best: bool) -> None:
+                self.monitor = monitor
+                self.interval = interval
+                self.save_best = save_best
+
+            def after_train_iter(self, runner: Any) -> None:
+                from experiments.gan.engine import split_losses
+
+                done = runner.iter + 1
+                if done % self.interval and done != runner.max_iters:
+                    return
+                log_vars = runner.outputs.get("log_vars", {})
+                record = {k: float(v) for k, v in log_vars.items() if isinstance(v, (int, float))}
+                record.update(split_losses(record))
+                verdict = self.monitor.after_evaluation(done, None, record)
+                if verdict.improved and self.save_best:
+                    self._save_best(runner)
+                if verdict.stop and done < runner.max_iters:
+                    runner._max_iters = done  # the runner's loop ends after this iteration
+
+            def _save_best(self, runner: Any) -> None:
+                import os
+                from pathlib import Path
+
+                from mmcv.runner import CheckpointHook
+
+                checkpoint = next((h for h in runner.hooks if isinstance(h, CheckpointHook)), None)
+                if checkpoint is None:
+                    return
+                out = Path(checkpoint.out_dir)
+                if runner.rank == 0:  # atomic, as our checkpoint hook writes iter_N.pth
+                    out.mkdir(parents=True, exist_ok=True)
+                    runner.save_checkpoint(
+                        str(out), filename_tmpl=".best.pth.partial", create_symlink=False
+                    )
+                    with open(out / ".best.pth.partial", "rb") as handle:
+                        os.fsync(handle.fileno())
+                    os.replace(out / ".best.pth.partial", out / "best.pth")
+                self.monitor.kept(out / "best.pth")
+
+        HOOKS.register_module(name=name, module=ExperimentsEarlyStoppingHook)
+    # ABOVE_NORMAL: before the checkpoint hook (NORMAL), which then saves the last iteration
+    return dict(
+        type=name, monitor=monitor, interval=interval, save_best=save_best, priority="ABOVE_NORMAL"
+    )

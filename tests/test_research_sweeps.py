@@ -1,0 +1,403 @@
+"""Research sweeps (issue 29): seeds as replicates in the report, a search whose pruner stops
+the plainly worse trials, and early stopping that keeps its best checkpoint. Each on the
+real CLI with tiny synthetic runs; refusals in-process."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+from optuna.trial import TrialState
+
+from experiments.errors import ConfigError
+from experiments.sweepers import pruning
+
+from .conftest import plan_for, read_jsonl, run_cli
+
+pytestmark = pytest.mark.slow
+
+# One optimizer step an epoch on 8x8 synthetic images, T=1: a point is mostly its start-up.
+TINY = [
+    "data=synthetic",
+    "data.train_size=16",
+    "data.val_size=16",
+    "data.image_size=8",
+    "model.time_steps=1",
+    "trainer.batch_size=16",
+    "logger=none",
+]
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+# ---------------------------------------------------------------- seeds as replicates
+
+
+@pytest.fixture(scope="module")
+def seed_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """3 seeds x 2 learning rates, one epoch each. Point 5 (seed 3, lr 0.002) fails for real:
+    its directory holds a checkpoint another config wrote, which resume=auto refuses to
+    load (CheckpointError), as a stale directory would."""
+    root = tmp_path_factory.mktemp("seeds")
+    sweep_dir = root / "sweep"
+    stale = sweep_dir / "5" / "checkpoints" / "step_00000001"
+    stale.mkdir(parents=True)
+    (stale / "meta.json").write_text(json.dumps({"step": 1, "recipe": {"other": "config"}}))
+    result = run_cli(
+        [
+            "-m",
+            *TINY,
+            "trainer.epochs=1",
+            "seed=1,2,3",
+            "optimizer.lr=0.001,0.002",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=root,
+    )
+    return {"dir": sweep_dir, "result": result}
+
+
+def test_seeds_are_grouped_as_replicates(seed_sweep) -> None:
+    sweep_dir, result = seed_sweep["dir"], seed_sweep["result"]
+    assert result.returncode == 1, result.stderr[-3000:]  # a point failed: the sweep says so
+    points = {int(p.name): summary(p) for p in sweep_dir.iterdir() if p.name.isdigit()}
+    assert len(points) == 6
+    assert points[5]["status"] == "failed" and "different config" in points[5]["error"]
+
+    def override(record: dict, key: str) -> str:
+        (value,) = [o.split("=", 1)[1] for o in record["overrides"] if o.startswith(f"{key}=")]
+        return value
+
+    with open(sweep_dir / "report_seeds.csv", newline="") as handle:
+        table = list(csv.DictReader(handle))
+    assert [row["optimizer.lr"] for row in table] != []
+    assert sorted(row["optimizer.lr"] for row in table) == ["0.001", "0.002"]
+    for row in table:
+        members = [r for r in points.values() if override(r, "optimizer.lr") == row["optimizer.lr"]]
+        completed = [r for r in members if r["status"] == "completed"]
+        failed = [r for r in members if r["status"] == "failed"]
+        assert int(row["n"]) == 3 and int(row["n_completed"]) == len(completed)
+        assert int(row["n_failed"]) == len(failed)
+        assert row["failed_seeds"] == " ".join(override(r, "seed") for r in failed)
+        for metric in ("val_accuracy", "val_loss", "train_loss"):
+            values = [r["metrics"][metric] for r in completed]
+            assert float(row[f"{metric}_mean"]) == pytest.approx(statistics.fmean(values))
+            assert float(row[f"{metric}_std"]) == pytest.approx(statistics.stdev(values))
+            # 95 % Student-t: t(0.975, n-1) * std / sqrt(n) either side of the mean
+            half = {2: 12.7062, 3: 4.3027}[len(values)] * statistics.stdev(values)
+            half /= math.sqrt(len(values))
+            low, high = float(row[f"{metric}_ci95_low"]), float(row[f"{metric}_ci95_high"])
+            assert (low, high) == pytest.approx(
+                (statistics.fmean(values) - half, statistics.fmean(values) + half), rel=1e-4
+            )
+    by_lr = {row["optimizer.lr"]: row for row in table}
+    assert (by_lr["0.002"]["n_failed"], by_lr["0.002"]["failed_seeds"]) == ("1", "3")
+    assert by_lr["0.001"]["n_failed"] == "0"
+    means = [float(row["val_accuracy_mean"]) for row in table]
+    assert means == sorted(means, reverse=True)  # ranked by the mean, best first
+
+    report = (sweep_dir / "report.md").read_text()
+    top = report.split("## Points")[0]  # the seeds' table comes first
+    assert "## Seeds as replicates: val_accuracy over seeds, ranked by mean" in top
+    assert (
+        f"Best configuration by mean val_accuracy: optimizer.lr={table[0]['optimizer.lr']}" in top
+    )
+    assert "| 0.002 | 3 | 2 | 1 (seed 3) |" in top  # the failed seed, counted and shown
+    for figure in ("seeds_objective.png", "seeds_learning_curves.png"):
+        assert (sweep_dir / figure).stat().st_size > 10_000, figure
+        assert f"]({figure})" in report
+    assert "best configuration by mean val_accuracy over seeds" in result.stdout
+    assert "1 failed seed(s) counted" in result.stdout
+
+
+# ---------------------------------------------------------------- pruning
+
+
+@pytest.fixture(scope="module")
+def pruned_search(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The preset's TPE search, 6 trials over a learning rate that trains and one that
+    diverges (lr=inf: its losses are NaN from the first epoch), 3 epochs each, the median
+    pruner after one completed trial. Sampler seed 11 draws good, inf, inf, inf, good, good
+    (Optuna 2.10's TPE on this choice)."""
+    root = tmp_path_factory.mktemp("pruned")
+    sweep_dir = root / "search"
+    result = run_cli(
+        [
+            "hparams_search=digits_lr",
+            *TINY,
+            "trainer.epochs=3",
+            "hydra.sweeper.params={optimizer.lr:'choice(0.001,inf)'}",
+            "hydra.sweeper.sampler.seed=11",
+            "hydra.sweeper.pruner=median",
+            "+hydra.sweeper.pruner_kwargs.n_startup_trials=1",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=root,
+    )
+    return {"dir": sweep_dir, "result": result}
+
+
+def test_pruned_trials_stop_early_marked_in_study_and_report(pruned_search) -> None:
+    sweep_dir, result = pruned_search["dir"], pruned_search["result"]
+    assert result.returncode == 0, result.stderr[-3000:]  # pruned is no failure
+    url = f"sqlite:///{sweep_dir / 'optuna.db'}"
+    (only,) = optuna.get_all_study_summaries(storage=url)
+    trials = optuna.load_study(study_name=only.study_name, storage=url).get_trials()
+    assert len(trials) == 6
+    pruned = [t for t in trials if t.state == TrialState.PRUNED]
+    assert len(pruned) >= 2, [(t.number, t.state, t.params) for t in trials]
+    first_completed = min(t.number for t in trials if t.state == TrialState.COMPLETE)
+    for trial in trials:
+        run_dir = sweep_dir / str(trial.number)
+        record = summary(run_dir)
+        epochs = read_jsonl(run_dir / "metrics.jsonl")
+        if trial.params["optimizer.lr"] == math.inf and trial.number > first_completed:
+            # stopped after its first evaluation: 1 of 3 epochs, the study and the run agree
+            assert trial.state == TrialState.PRUNED
+            assert trial.intermediate_values == {1: -math.inf}
+            assert record["status"] == "pruned" and len(epochs) == 1
+            assert record["pruned"]["step"] == 1 and record["pruned"]["trial"] == trial.number
+        elif trial.params["optimizer.lr"] == 0.001:
+            assert trial.state == TrialState.COMPLETE and record["status"] == "completed"
+            assert len(epochs) == 3 and sorted(trial.intermediate_values) == [1, 2, 3]
+            assert trial.value == pytest.approx(record["metrics"]["val_accuracy"])
+    assert f"{len(pruned)} pruned" in result.stdout
+    with open(sweep_dir / "report.csv", newline="") as handle:
+        statuses = {row["point"]: row["status"] for row in csv.DictReader(handle)}
+    assert {str(t.number) for t in pruned} == {p for p, s in statuses.items() if s == "pruned"}
+    report = (sweep_dir / "report.md").read_text()
+    assert f"{len(pruned)} pruned" in report.splitlines()[2]
+
+
+def test_pruner_settings_are_refused_before_the_search(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "search"
+    result = run_cli(
+        [
+            "hparams_search=digits_lr",
+            *TINY,
+            "hydra.sweeper.pruner=mean",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines() == [
+        "error: invalid config: hydra.sweeper.pruner='mean': one of median, hyperband, none"
+    ]
+    # nothing of the search was written (the sweep directory's launch lock is run/lock.py's)
+    assert [p.name for p in sweep_dir.iterdir()] in ([], [".sweep.lock"])
+    assert not (tmp_path / "outputs").exists()
+    # the pruner's own arguments, checked against Optuna's class (in-process: same check)
+    with pytest.raises(ConfigError) as refused:
+        pruning.check("median", {"n_warmup": 1})
+    assert str(refused.value) == (
+        "invalid config: hydra.sweeper.pruner_kwargs.n_warmup=1: did you mean "
+        "hydra.sweeper.pruner_kwargs.n_warmup_steps?"
+    )
+    with pytest.raises(ConfigError, match="startup trials cannot be negative"):
+        pruning.check("median", {"n_startup_trials": -1})
+    assert pruning.check("hyperband", {"min_resource": 1}) == ("hyperband", {"min_resource": 1})
+
+
+# ---------------------------------------------------------------- early stopping
+
+# val_accuracy cannot rise by more than 1.0: a plateau from the first epoch on, while the
+# weights still train (the best checkpoint and the last one differ).
+PLATEAU = [
+    "trainer.early_stopping.patience=1",
+    "trainer.early_stopping.min_delta=1.0",
+]
+
+
+def test_cpu_engine_stops_on_a_plateau_and_keeps_its_best_checkpoint(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        [
+            *TINY,
+            *PLATEAU,
+            "trainer.epochs=5",
+            "trainer.checkpoint_interval=1",
+            "trainer.keep_checkpoints=5",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = summary(run_dir)
+    stopped = record["early_stopping"]
+    assert record["status"] == "completed" and record["metrics"]["steps"] == 2
+    assert len(read_jsonl(run_dir / "metrics.jsonl")) == 2  # 2 of 5 epochs
+    assert stopped["stopped"] and (stopped["stopped_at_step"], stopped["stopped_at_epoch"]) == (
+        2,
+        2,
+    )
+    assert (stopped["best_step"], stopped["metric"], stopped["mode"]) == (1, "val_accuracy", "max")
+    assert "did not improve by more than 1.0 for 1 evaluation" in stopped["reason"]
+    best = Path(stopped["best_checkpoint"])
+    assert best == run_dir / "checkpoints" / "best" / "step_00000001"
+
+    def weights(folder: Path) -> dict:
+        return torch.load(folder / "pp_0000_tp_0000.pt", weights_only=True)["model"]
+
+    kept, first, last = (
+        weights(best),
+        weights(run_dir / "checkpoints" / "step_00000001"),
+        weights(run_dir / "checkpoints" / "step_00000002"),
+    )
+    assert all(torch.equal(kept[k], first[k]) for k in first)  # the best epoch's weights
+    assert not all(torch.equal(kept[k], last[k]) for k in last)  # not the last ones
+    assert not (run_dir / "checkpoints" / "step_00000003").exists()
+
+
+def test_classic_trainer_stops_on_a_plateau_and_keeps_its_best_checkpoint(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        ["trainer=classify", *TINY, *PLATEAU, "trainer.epochs=5", f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = summary(run_dir)
+    stopped = record["early_stopping"]
+    assert record["status"] == "completed" and record["metrics"]["epochs"] == 2
+    assert stopped["stopped"] and stopped["stopped_at_epoch"] == 2 and stopped["best_epoch"] == 1
+    folder = run_dir / "checkpoints" / "pt" / "classify"
+    assert Path(stopped["best_checkpoint"]) == folder / "checkpoint_best.pth"
+    from experiments.snn.engines.classify import _torch_load
+
+    best, latest = (
+        _torch_load(folder / "checkpoint_best.pth"),
+        _torch_load(folder / "checkpoint_latest.pth"),
+    )
+    assert (best["epoch"], latest["epoch"]) == (0, 1)  # the Trainer counts epochs from 0
+    assert not all(torch.equal(best["model"][k], latest["model"][k]) for k in latest["model"])
+
+
+@pytest.mark.gan
+def test_gan_run_stops_on_a_plateau_and_keeps_its_best_checkpoint(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        [
+            "model=dcgan",
+            "model.iters=8",
+            "model.batch_size=16",
+            "model.log_interval=1",
+            "model.sample_interval=4",
+            "model.checkpoint_interval=4",
+            "model.num_samples=16",
+            "model.eval_images=0",
+            "logger=none",
+            "trainer.early_stopping.patience=1",
+            "trainer.early_stopping.min_delta=1e9",  # loss_gen never improves by that much
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = summary(run_dir)
+    stopped = record["early_stopping"]
+    assert (stopped["metric"], stopped["mode"]) == ("loss_gen", "min")
+    assert stopped["stopped"] and (stopped["stopped_at_step"], stopped["best_step"]) == (2, 1)
+    assert record["metrics"]["steps"] == 2
+    assert read_jsonl(run_dir / "metrics.jsonl")[-1]["step"] == 2
+    folder = Path(stopped["best_checkpoint"]).parent
+    assert Path(stopped["best_checkpoint"]).name == "best.pth"
+    best = torch.load(folder / "best.pth", map_location="cpu", weights_only=True)
+    assert best["meta"]["iter"] == 1
+    assert (folder / "iter_2.pth").is_file()  # the stopped iteration saved as the last one
+    assert not (folder / "iter_4.pth").exists()
+
+
+def test_early_stopping_keys_are_refused_before_launch() -> None:
+    cases = [
+        (
+            ["trainer.early_stopping.patience=0"],
+            "trainer.early_stopping.patience=0: an integer >= 1",
+        ),
+        (
+            ["trainer.early_stopping.patience=2", "trainer.early_stopping.metric=val_acc"],
+            "trainer.early_stopping.metric='val_acc': one of auto, val_accuracy",
+        ),
+        (
+            ["trainer.early_stopping.patience=2", "trainer.early_stopping.mode=up"],
+            "trainer.early_stopping.mode='up': one of auto, max, min",
+        ),
+        (
+            ["trainer.early_stopping.patience=2", "trainer.early_stopping.min_delta=-1"],
+            "trainer.early_stopping.min_delta=-1: a number >= 0",
+        ),
+        (
+            ["+trainer.early_stopping.patiense=2"],
+            "trainer.early_stopping.patiense=2: did you mean trainer.early_stopping.patience?",
+        ),
+        (
+            [
+                "model=dcgan",
+                "trainer.early_stopping.patience=2",
+                "trainer.early_stopping.metric=val_loss",
+            ],
+            "trainer.early_stopping.metric='val_loss': one of auto, loss_gen, loss_disc",
+        ),
+    ]
+    for overrides, message in cases:
+        gan = "model=dcgan" in overrides
+        with pytest.raises(ConfigError) as refused:
+            plan_for(["data=digits" if gan else "data=synthetic", *overrides])
+        assert str(refused.value).startswith(f"invalid config: {message}"), overrides
+    # SpikingJelly's own loop has no hook or callback: refused there, saying so
+    with pytest.raises(ConfigError) as refused:
+        plan_for(
+            ["data=synthetic", "trainer.engine=spikingjelly", "trainer.early_stopping.patience=2"]
+        )
+    assert str(refused.value) == (
+        "invalid config: trainer.early_stopping.patience=2: SpikingJelly's train_classification "
+        "loop has no hook or callback to stop it early; use trainer.engine=cpu or trainer=classify"
+    )
+    assert plan_for(["data=synthetic"]).early_stopping is None  # off by default
+
+
+# ---------------------------------------------------------------- Slurm: n_jobs in flight
+
+
+@pytest.mark.slurm
+def test_slurm_search_refills_a_finished_trials_slot_at_once(slurm_cluster, tmp_path: Path) -> None:
+    """n_jobs=2, 3 trials; sampler seed 0 draws 20, 1, 20 epochs: trial 1 ends long before
+    trial 0, and trial 2 is submitted in its slot while trial 0 still runs (in fixed batches
+    it would wait for trial 0)."""
+    sweep_dir = tmp_path / "search"
+    result = run_cli(
+        [
+            "hparams_search=digits_lr",
+            *TINY,
+            "launcher=slurm",
+            "launcher.mem_gb=4",
+            "launcher.cpus_per_task=1",
+            "hydra.sweeper.params={trainer.epochs:'choice(20,1)'}",
+            "hydra.sweeper.sampler.seed=0",
+            "hydra.sweeper.n_jobs=2",
+            "hydra.sweeper.n_trials=3",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    url = f"sqlite:///{sweep_dir / 'optuna.db'}"
+    (only,) = optuna.get_all_study_summaries(storage=url)
+    trials = optuna.load_study(study_name=only.study_name, storage=url).get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
+    assert [t.params["trainer.epochs"] for t in trials] == [20, 1, 20]
+    records = [summary(sweep_dir / str(t.number)) for t in trials]
+    assert [r["metrics"]["steps"] for r in records] == [20, 1, 20]
+    arrays = [r["slurm"]["array_job_id"] for r in records]
+    assert arrays[0] == arrays[1] and arrays[2] != arrays[0]  # first n_jobs as one array
+    # the refill: trial 2 asked (and submitted) after trial 1 ended, before trial 0 ended
+    assert trials[1].datetime_complete <= trials[2].datetime_start < trials[0].datetime_complete
