@@ -13,7 +13,8 @@ broken code too; the installed package in .venv is never touched. One line per m
 then a summary; the exit status is non-zero when any mutant survived or erred.
 
 Usage: `make mutants [MUTANTS=<filter>]` or `.venv/bin/python scripts/mutants.py [filter]
-[--list] [--keep] [--timeout S] [--clean-first]`. The filter is a case-insensitive substring
+[--list] [--check] [--keep] [--timeout S] [--clean-first]`. `--check` only checks that
+each mutant applies (its `replace` text occurs once), in a second. The filter is a case-insensitive substring
 of a mutant's name or of its file's name (`MUTANTS=gan` runs gan.toml and every mutant
 whose name says GAN). `--clean-first` runs each mutant's tests once on the unbroken copy
 first, so that a test failing for another reason is not counted as a catch.
@@ -163,6 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("filter", nargs="?", default=os.environ.get("MUTANTS", ""))
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="only check that each mutant applies to the working tree (no test is run)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the scratch copies and logs")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per mutant")
     parser.add_argument(
@@ -180,6 +186,15 @@ def main(argv: list[str] | None = None) -> int:
         for mutant in selected:
             print(f"{mutant.source:24} {mutant.name}  ->  {' '.join(mutant.tests)}")
         return 1 if problems else 0
+    if args.check:
+        unusable = [(m, applicable(m, REPO)) for m in selected]
+        for mutant, problem in unusable:
+            print(f"{'ERROR' if problem else 'ok':9} [{mutant.source}] {mutant.name}")
+            if problem:
+                print(f"    {problem}")
+        bad = sum(1 for _, problem in unusable if problem)
+        print(f"mutants: {len(selected) - bad}/{len(selected)} apply")
+        return 1 if bad or problems else 0
     if not selected:
         print(f"no mutant matches {args.filter!r} in {MUTANTS_DIR}")
         return 1

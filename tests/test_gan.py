@@ -26,7 +26,8 @@ from PIL import Image
 from experiments.errors import ConfigError
 from experiments.gan.plan import GANPlan
 
-from .conftest import CLI, plan_for, read_jsonl, run_cli
+from .conftest import CLI, REPO, plan_for, read_jsonl, run_cli
+from .recorded_data import read_indices
 
 pytestmark = pytest.mark.gan
 
@@ -412,6 +413,8 @@ def test_resume_from_continues_and_load_from_restarts_with_loaded_weights(
     # The resumed process saved only its own iteration (a fresh start would reach it only
     # after half + 2 iterations, saving at `half` first).
     assert [p.name for p in _checkpoints(resumed).glob("iter_*.pth")] == [f"iter_{half + 2}.pth"]
+    # Both optimizers went on from the checkpoint's state, not from a fresh one.
+    _assert_optimizers_continue(saved, _checkpoints(resumed) / f"iter_{half + 2}.pth", 2)
 
     # load_from: weights only, iteration 0. With learning rates 0 the weights stay the
     # loaded ones, so they must equal the checkpoint's.
@@ -431,6 +434,24 @@ def test_resume_from_continues_and_load_from_restarts_with_loaded_weights(
     assert before.keys() == after.keys() and before
     for key in before:
         torch.testing.assert_close(after[key], before[key], rtol=0, atol=0)
+
+
+def _assert_optimizers_continue(before: Path, after: Path, iterations: int) -> None:
+    """Each optimizer's state in `after` continues the one in `before`, `iterations` Adam steps
+    later: its step count went on, and its second moment only decayed by beta2 per step
+    (v_t = beta2 v_(t-1) + (1 - beta2) g_t^2 >= beta2 v_(t-1), element by element). A resume
+    that dropped the state restarts both: step == iterations, v ~ (1 - beta2) g^2, far below."""
+    old = torch.load(before, map_location="cpu", weights_only=True)["optimizer"]
+    new = torch.load(after, map_location="cpu", weights_only=True)["optimizer"]
+    assert sorted(old) == sorted(new) == ["discriminator", "generator"]
+    for name in old:
+        beta2 = new[name]["param_groups"][0]["betas"][1]
+        assert old[name]["state"].keys() == new[name]["state"].keys() and old[name]["state"]
+        for key, state in new[name]["state"].items():
+            previous = old[name]["state"][key]
+            assert float(state["step"]) == float(previous["step"]) + iterations, (name, key)
+            floor = beta2**iterations * previous["exp_avg_sq"]
+            assert (state["exp_avg_sq"] >= floor * (1 - 1e-5)).all(), (name, key)
 
 
 KILL_ITERS = 60  # killed once iter_4.pth exists: ~56 iterations (~1 s) of margin for the kill
@@ -495,22 +516,40 @@ def test_rerun_after_a_kill_resumes_from_the_newest_readable_checkpoint(tmp_path
     (resumed_log,) = set(run_dir.glob("*.log.json")) - logs_before
     iters = [r["iter"] for r in _mmgen_log(resumed_log)]
     assert iters == list(range(resumed_at + 1, KILL_ITERS + 1))
+    # ... and the optimizers' state continued from the checkpoint's, as did the weights.
+    last = _checkpoints(run_dir) / f"iter_{KILL_ITERS}.pth"
+    _assert_optimizers_continue(previous, last, KILL_ITERS - resumed_at)
 
 
 @pytest.mark.slow
 @pytest.mark.dist
 def test_two_cpu_ranks_train_with_mmgens_distributed_path(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    _run(
+    run_dir, reads = tmp_path / "run", tmp_path / "reads"
+    # What each rank read, recorded by the test-only sitecustomize (tests/support/site).
+    site = os.pathsep.join(
+        filter(None, [str(REPO / "tests" / "support" / "site"), os.environ.get("PYTHONPATH")])
+    )
+    result = run_cli(
         [
             "model=dcgan",
             "topology=ddp",
             "launcher=torchrun",
             "launcher.nproc_per_node=2",
             *_with(TINY, "model.eval_images=0"),  # no quality metric is read here
+            f"hydra.run.dir={run_dir}",
         ],
-        run_dir,
+        cwd=tmp_path,
+        env={**THREADS, "PYTHONPATH": site, "EXPERIMENTS_TEST_RECORD_READS": str(reads)},
     )
+    assert result.returncode == 0, result.stderr[-4000:]
+    # Data parallel: each rank trained on its own share of the epoch. replica_max_diff == 0
+    # below holds whether or not they did (the reducer averages equal gradients just as well),
+    # so the reads themselves are compared: 4 iterations x 16 images each at least (a loader
+    # may read ahead), and no image read by both ranks.
+    indices = read_indices(reads)
+    assert sorted(indices) == [0, 1]
+    assert min(len(indices[0]), len(indices[1])) >= 4 * 16
+    assert not set(indices[0]) & set(indices[1])
     summary = _summary(run_dir)
     assert (summary["status"], summary["world_size"]) == ("completed", 2)
     assert summary["batch"] == {"per_rank": 16, "global": 32}

@@ -24,6 +24,7 @@ from experiments.errors import ConfigError
 from experiments.gan import ddp as gan_ddp
 
 from .conftest import CLI, REPO, cli_env, plan_for, read_jsonl, run_cli
+from .recorded_data import read_indices
 from .support import processes
 
 pytestmark = pytest.mark.gan
@@ -144,14 +145,22 @@ def test_static_ddp_ranks_killed_mid_checkpoint_restart_in_step_from_the_newest_
     restarts both ranks, which resume from iter_2.pth, the newest readable checkpoint, and
     finish with every parameter equal to rank 0's. (Dynamic DDP on 2 ranks: the Slurm test
     here, and test_gan.py's two-rank run.)"""
-    run_dir = tmp_path / "run"
+    run_dir, reads = tmp_path / "run", tmp_path / "reads"
     result = _run(
         [*TINY, "model.iters=6", "model.ddp=static", *TWO_RANKS, "launcher.max_restarts=1",
          "launcher.monitor_interval=1"],
         run_dir,
-        env=_with_site(EXPERIMENTS_TEST_KILL_DURING_GAN_SAVE="4"),
+        env=_with_site(
+            EXPERIMENTS_TEST_KILL_DURING_GAN_SAVE="4", EXPERIMENTS_TEST_RECORD_READS=str(reads)
+        ),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
+    # The ranks read different batches (both torchrun rounds; the restarted round's sampler
+    # deals the same shares again): no image was read by both ranks. replica_max_diff == 0
+    # holds either way.
+    indices = read_indices(reads)
+    assert sorted(indices) == [0, 1] and min(map(len, indices.values())) >= 6 * 16
+    assert not set(indices[0]) & set(indices[1])
     summary = _summary(run_dir)
     assert (summary["status"], summary["world_size"], summary["ddp"]) == ("completed", 2, "static")
     assert summary["metrics"]["replica_max_diff"] == 0.0
