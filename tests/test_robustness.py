@@ -85,11 +85,13 @@ def freeze(tag: str, sig: int = signal.SIGSTOP) -> None:
             os.kill(pid, sig)
 
 
-def one_error_line(stderr: str) -> str:
-    """The one `error:` line (a progress bar may precede it on the same line)."""
+def one_error_line(stderr: str, stdout: str = "") -> str:
+    """The one `error:` line (a progress bar may precede it on the same line), and no
+    traceback on either stream (the log goes to stdout)."""
     lines = re.findall(r"error: [^\n]*", stderr)
     assert len(lines) == 1, stderr
-    assert "Traceback" not in stderr, stderr
+    for said in (stderr, stdout):
+        assert "Traceback" not in said and "HYDRA_FULL_ERROR" not in said, said[-3000:]
     return lines[0]
 
 
@@ -144,7 +146,7 @@ def test_full_disk_mid_checkpoint_fails_in_one_line_and_the_same_command_resumes
     args = [*TINY, "trainer.max_steps=2", f"hydra.run.dir={run_dir}"]
     full = run_cli(args, cwd=tmp_path)
     assert full.returncode == 1, full.stderr[-3000:]
-    line = one_error_line(full.stderr)
+    line = one_error_line(full.stderr, full.stdout)
     assert "no space left on device writing" in line and "pp_0000_tp_0000.pt" in line, line
     needed = int(line.split("it needed ")[1].split(" bytes")[0])
     assert needed > 100 * 2**20, line  # the whole shard, not what happened to fit
@@ -160,6 +162,44 @@ def test_full_disk_mid_checkpoint_fails_in_one_line_and_the_same_command_resumes
     assert summary["status"] == "completed"
     assert summary["resumed_from"].endswith("step_00000001")
     assert steps_of(run_dir) == [1, 2]
+
+
+@pytest.mark.gan
+def test_gan_checkpoint_on_a_full_disk_fails_in_one_line_and_resumes(
+    small_disk, tmp_path: Path
+) -> None:
+    """A DCGAN run on a 10 MB disk: MMGen's iter_2.pth (6.3 MB) fits, iter_4.pth does not.
+    One line names the file and (at least) its size, the partial file is gone, iter_2.pth is
+    whole; with space back the same command resumes from iteration 2 and completes."""
+    pytest.importorskip("mmgen", reason="needs MMGeneration (make setup-gan)")
+    small_disk("10m")
+    run_dir = small_disk.path / "gan"
+    args = [
+        "model=dcgan",
+        "model.iters=4",
+        "model.batch_size=16",
+        "model.log_interval=1",
+        "model.sample_interval=2",
+        "model.checkpoint_interval=2",
+        "model.num_samples=16",
+        "model.eval_images=64",
+        f"hydra.run.dir={run_dir}",
+    ]
+    full = run_cli(args, cwd=tmp_path)
+    assert full.returncode == 1, full.stderr[-3000:]
+    line = one_error_line(full.stderr, full.stdout)
+    assert "no space left on device writing" in line and "iter_4.pth (it needed at least" in line
+    assert summary_of(run_dir)["status"] == "failed"
+    checkpoints = next((run_dir / "ckpt").iterdir())
+    assert sorted(p.name for p in checkpoints.iterdir() if p.suffix == ".pth") == [
+        "iter_2.pth",
+        "latest.pth",
+    ], list(checkpoints.iterdir())
+    small_disk.resize("40m")
+    again = run_cli(args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed" and summary["start_checkpoint"].endswith("iter_2.pth")
 
 
 def test_full_disk_mid_record_leaves_the_records_as_they_were(small_disk, tmp_path: Path) -> None:
@@ -212,7 +252,7 @@ def test_second_run_is_refused_and_a_sigkilled_holder_leaves_no_stale_lock(tmp_p
     written = {p: p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file()}
     second = run_cli(args, cwd=tmp_path)
     assert second.returncode == 2, second.stderr[-3000:]
-    line = one_error_line(second.stderr)
+    line = one_error_line(second.stderr, second.stdout)
     assert f"run directory {run_dir} is in use by host" in line, line
     assert f"pid {holder.pid}" in line, line
     assert {p: p.stat().st_mtime_ns for p in run_dir.rglob("*") if p.is_file()} == written
@@ -240,7 +280,7 @@ def test_torchrun_ranks_share_their_lock_and_refuse_a_second_run(tmp_path: Path)
     second = run_cli(args, cwd=tmp_path)
     freeze(holder.tag, signal.SIGCONT)
     assert second.returncode == 2, second.stderr[-3000:]
-    line = one_error_line(second.stderr)
+    line = one_error_line(second.stderr, second.stdout)
     assert f"pid {holder.pid}" in line, line
     assert holder.wait(timeout=300) == 0, (tmp_path / "tr.err").read_text()[-3000:]
     assert summary_of(run_dir)["status"] == "completed"
@@ -333,7 +373,7 @@ def test_ctrl_c_stops_a_local_sweep_and_the_same_command_finishes_it(interrupted
     s = interrupted_sweep
     refused = s["second_launch"]
     assert refused.returncode == 2, refused.stderr[-3000:]
-    assert f"sweep {s['sweep']} is in use by host" in one_error_line(refused.stderr)
+    assert f"sweep {s['sweep']} is in use by host" in one_error_line(refused.stderr, refused.stdout)
     assert s["code"] == 130, s["stderr"][-3000:]
     assert s["stopped"]["0"]["status"] == "completed"
     point_1 = s["stopped"]["1"]
