@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -287,12 +288,13 @@ def test_torchrun_ranks_share_their_lock_and_refuse_a_second_run(tmp_path: Path)
     assert steps_of(run_dir) == [1, 2]
 
 
-def _hold_as(run_dir: Path, job: str, restart: int, seconds: float) -> subprocess.Popen:
+def _hold_as(run_dir: Path, job: str, restart: int, release: Path) -> subprocess.Popen:
     """A process that holds `run_dir` as attempt `restart` of Slurm job `job` (the variables
-    a submitit task has), then exits."""
+    a submitit task has) until the file `release` exists, then exits."""
     code = (
-        "import sys, time; from pathlib import Path; from experiments.run import lock; "
-        f"lock.hold(Path({str(run_dir)!r})); print('held', flush=True); time.sleep({seconds})"
+        "import time; from pathlib import Path; from experiments.run import lock; "
+        f"lock.hold(Path({str(run_dir)!r})); print('held', flush=True)\n"
+        f"while not Path({str(release)!r}).exists(): time.sleep(0.02)"
     )
     env = cli_env(
         {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": job, "SLURM_RESTART_COUNT": str(restart)}
@@ -306,11 +308,12 @@ def test_slurm_requeue_takes_its_lock_over_and_other_jobs_are_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Attempt 0 of job 77 holds the directory (and its other tasks join it); job 78 is
-    refused naming job 77; attempt 1 of job 77 (a requeue) waits for attempt 0 to end
-    and takes the lock over instead of being refused."""
-    run_dir = tmp_path / "run"
-    first = _hold_as(run_dir, "77", 0, seconds=4)
-    same_job = _hold_as(run_dir, "77", 0, seconds=0)  # another task of the same attempt
+    refused naming job 77; attempt 1 of job 77 (a requeue) waits for attempt 0 to end, longer
+    than anyone else would wait, and takes the lock over instead of being refused."""
+    run_dir, release, joined = tmp_path / "run", tmp_path / "release", tmp_path / "joined"
+    joined.touch()
+    first = _hold_as(run_dir, "77", 0, release)
+    same_job = _hold_as(run_dir, "77", 0, joined)  # another task of the same attempt
     assert same_job.wait(timeout=30) == 0
     monkeypatch.setenv("SUBMITIT_EXECUTOR", "slurm")
     monkeypatch.setenv("SLURM_JOB_ID", "78")
@@ -320,13 +323,15 @@ def test_slurm_requeue_takes_its_lock_over_and_other_jobs_are_refused(
     assert "Slurm job 77" in str(refused.value) and f"pid {first.pid}" in str(refused.value)
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
-    assert first.poll() is None, "attempt 0 ended too early for this test"
+    # Attempt 0 lets go only after a refusal would have come (Slurm is still ending it).
+    threading.Timer(lock.GRACE_S + 1.5, release.touch).start()
     try:
         held = lock.hold(run_dir)
-        assert first.poll() is not None, "took the lock while attempt 0 still held it"
+        assert first.wait(timeout=30) == 0 and release.exists()
         assert held.record["slurm_restart_count"] == 1, held.record
     finally:
         lock.release(run_dir)
+        release.touch()
 
 
 # ---------------------------------------------------------------- Ctrl-C and broken records
