@@ -436,3 +436,54 @@ def test_broken_records_are_a_points_problem_and_resume_rebuilds_them(interrupte
     assert rebuilt["status"] == "completed" and rebuilt["resumed_from"].endswith("step_00000002")
     assert steps_of(sweep / "0") == [1, 2]
     assert (sweep / "3" / "summary.json").read_text() == json.dumps(newer, indent=2) + "\n"
+
+
+@pytest.mark.slurm
+def test_ctrl_c_at_a_blocking_slurm_sweep_leaves_its_job_running_and_says_so(
+    slurm_cluster, tmp_path: Path
+) -> None:
+    """Ctrl-C at the login of a launcher=slurm run (a one-point blocking sweep): the login
+    writes the report, names the job as left running and how to stop it, and exits 130; the
+    job is still running. scancel stops it after a checkpoint (`interrupted`), and the same
+    command then finishes the run with every step logged once."""
+    sweep = tmp_path / "sweep"
+    args = [
+        *TINY,
+        "trainer.max_steps=4",
+        "launcher=slurm",
+        "launcher.mem_gb=4",
+        "launcher.cpus_per_task=1",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    login = spawn(args, tmp_path, "login")
+    wait_until(lambda: (sweep / "0" / "steps.jsonl").exists(), login, "the job's first step")
+    job_pids = [  # the job's processes (they carry the login's tag): frozen, so the job
+        pid  # cannot finish while the test looks at it
+        for pid in processes.tagged_pids(login.tag)
+        if b"SLURM_JOB_ID=" in Path(f"/proc/{pid}/environ").read_bytes()
+    ]
+    assert job_pids
+    for pid in job_pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    os.killpg(login.pid, signal.SIGINT)
+    assert login.wait(timeout=60) == 130, (tmp_path / "login.err").read_text()[-3000:]
+    job = summary_of(sweep / "0")["slurm"]["job_id"]
+    said = (tmp_path / "login.err").read_text()
+    assert f"left running: {job}" in said and f"scancel {job}" in said, said[-3000:]
+    assert (sweep / "report.md").exists()
+    state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True)
+    assert state.stdout.strip() == "RUNNING", (state.stdout, state.stderr)
+    subprocess.run(["scancel", job], check=True, capture_output=True)
+    for pid in job_pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    deadline = time.time() + 120
+    while summary_of(sweep / "0")["status"] == "running" and time.time() < deadline:
+        time.sleep(0.2)
+    assert summary_of(sweep / "0")["status"] == "interrupted", summary_of(sweep / "0")
+    again = run_cli(args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    summary = summary_of(sweep / "0")
+    assert summary["status"] == "completed" and summary["resumes"] == 1, summary
+    assert steps_of(sweep / "0") == [1, 2, 3, 4]
