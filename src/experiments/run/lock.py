@@ -96,7 +96,7 @@ def refuse_if_held(directory: Path, name: str = RUN_LOCK) -> None:
     in `hold`."""
     found = holder(directory, name)
     if found is not None and not str(found.get("token", "")).startswith("torchrun:"):
-        raise RunDirInUse(Path(directory).absolute(), found, sweep=name == SWEEP_LOCK)
+        raise RunDirInUse(_real(directory), found, sweep=name == SWEEP_LOCK)
 
 
 @dataclass
@@ -177,7 +177,7 @@ def hold(directory: Path, name: str = RUN_LOCK, shared: str | None = None) -> He
     naming the holder when another run holds it. Creates the directory (and the lock file in
     it) if needed: that is all a refused run could have written. `shared` is a token every
     node of a multi-node launch computes alike (they join one another)."""
-    directory = Path(directory).absolute()
+    directory = _real(directory)
     path = directory / name
     if str(path) in _held:
         return _held[str(path)]
@@ -211,6 +211,12 @@ def hold(directory: Path, name: str = RUN_LOCK, shared: str | None = None) -> He
     return held
 
 
+def _real(directory: Path) -> Path:
+    """One name per directory (`..`, symlinks resolved): a POSIX lock is the process's, and a
+    second descriptor of the same file opened and closed under another name would drop it."""
+    return Path(os.path.realpath(directory))
+
+
 def _requeue_of(found: dict[str, Any], token: str) -> bool:
     """The holder is an earlier attempt of this process's own Slurm job (this is a requeue)."""
     holder, own = str(found.get("token", "")).split(":"), token.split(":")
@@ -227,13 +233,13 @@ def _requeue_of(found: dict[str, Any], token: str) -> bool:
 
 def child_env(directory: Path, name: str = RUN_LOCK) -> dict[str, str]:
     """What a process this one starts for the same run needs to join its lock."""
-    held = _held.get(str(Path(directory).absolute() / name))
+    held = _held.get(str(_real(directory) / name))
     return {TOKEN_ENV: held.token} if held else {}
 
 
 def release(directory: Path, name: str = RUN_LOCK) -> None:
     """Let go early (a sweep's login after a point ended); process exit does it anyway."""
-    held = _held.pop(str(Path(directory).absolute() / name), None)
+    held = _held.pop(str(_real(directory) / name), None)
     if held is not None:
         with contextlib.suppress(OSError):
             os.close(held.fd)
@@ -243,7 +249,7 @@ def holder(directory: Path, name: str = RUN_LOCK) -> dict[str, Any] | None:
     """Who holds `directory` now (their record), or None when nobody does. Never disturbs
     the holder: closing a second descriptor of a file would drop this process's own POSIX
     lock, so a lock this process holds is answered from memory."""
-    path = Path(directory).absolute() / name
+    path = _real(directory) / name
     if str(path) in _held:
         return _held[str(path)].record
     try:
