@@ -1,0 +1,238 @@
+"""Our guarantees on SpikingJelly's own loop (trainer.engine=spikingjelly, on CPU here):
+resume from its `step_N/` checkpoints (torn ones skipped), extension of a finished run,
+resume=null starting over, experiments-eval on its DCP checkpoints, a Slurm requeue's SIGTERM
+saving the step it came in, and the planning refusals (issue 25 item 3, issue 26 items 4-7, 9).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from experiments.errors import ConfigError
+
+from .conftest import CLI, cli_env, compose_run, plan_for, read_jsonl, run_cli, run_tool
+from .support import processes
+from .test_spikingjelly_loop import python_path
+
+pytestmark = [pytest.mark.slow]
+
+SINGLE = [
+    "trainer.engine=spikingjelly",
+    "data=synthetic",
+    "data.train_size=36",
+    "data.val_size=32",
+    "model.time_steps=2",
+    "optimizer=sgd",
+    "optimizer.lr=0.05",
+    "trainer.batch_size=8",
+    "trainer.epochs=2",
+    "trainer.log_every_n_steps=1",
+    "trainer.checkpoint_interval=2",
+    "trainer.keep_checkpoints=3",
+    "seed=5",
+]
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def train(args: list[str], run_dir: Path, cwd: Path) -> str:
+    result = run_cli([*args, f"hydra.run.dir={run_dir}"], cwd=cwd, timeout=300,
+                     env={"PYTHONPATH": python_path()})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result.stdout + result.stderr
+
+
+def step_folders(run_dir: Path) -> list[str]:
+    return sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+
+
+def test_resume_extension_torn_checkpoint_eval_and_fresh_start(tmp_path: Path, figures) -> None:
+    """One run's life on SpikingJelly's loop, each stage checked on its files:
+    1. 3 steps (max_steps=3; checkpoints at 2 and 3, the last one by our step hook), with a
+       CSV tracker and the report's train_loss label;
+    2. experiments-eval reads its DCP checkpoint and reproduces the final val metrics (1e-6);
+    3. a torn newer folder (step_5 without .metadata, as a killed writer leaves it) is
+       skipped with one line and removed; raising max_steps to 5 resumes mid-epoch at step 3
+       and continues the trajectory of an uninterrupted 5-step run (issue 26 item 4; the
+       library alone would raise FileExistsError at step 5); keep_checkpoints=3 prunes;
+    4. resume=null starts over: the old step folders go, metrics.jsonl/steps.jsonl hold the
+       new run only (issue 26 item 5)."""
+    run_dir, straight = tmp_path / "run", tmp_path / "straight"
+    output = train([*SINGLE, "trainer.max_steps=3", "logger=csv"], run_dir, tmp_path)
+    first = summary(run_dir)
+    # the report names SpikingJelly's train_loss for what it is (train.py _report)
+    assert "(last epoch mean)" in output and "(last step)" not in output
+    # a tracker gets the step hook's train/loss per step and the library's epoch record
+    with open(run_dir / "csv" / "metrics.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["step"] for r in rows if r.get("train/loss")] == ["1", "2", "3"]
+    epochs = [r for r in rows if r.get("epoch/val_accuracy")]
+    assert len(epochs) == 1 and float(epochs[0]["epoch/val_accuracy"]) == pytest.approx(
+        first["metrics"]["val_accuracy"]
+    )
+    assert (first["engine"], first["device"], first["status"]) == (
+        "spikingjelly",
+        "cpu",
+        "completed",
+    )
+    assert step_folders(run_dir) == ["step_00000002", "step_00000003"]  # the last step too
+    assert first["metrics"]["train_loss_kind"] == "last epoch mean"
+
+    evaluated = run_tool("experiments-eval", [str(run_dir)], cwd=tmp_path,
+                         env={"PYTHONPATH": python_path()})  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    record = json.loads((run_dir / "eval.json").read_text())
+    assert record["checkpoint"].endswith("step_00000003")
+    assert abs(record["val_accuracy"] - first["metrics"]["val_accuracy"]) <= 1e-6
+    assert abs(record["val_loss"] - first["metrics"]["val_loss"]) <= 1e-6
+
+    torn = run_dir / "checkpoints" / "step_00000005"
+    shutil.copytree(run_dir / "checkpoints" / "step_00000003", torn)
+    (torn / "pp_0000_tp_0000" / ".metadata").unlink()
+    output = train([*SINGLE, "trainer.max_steps=5", "logger=csv"], run_dir, tmp_path)
+    skipped = [line for line in output.splitlines() if "skipping torn checkpoint" in line]
+    assert len(skipped) == 1 and "step_00000005" in skipped[0] and ".metadata" in skipped[0]
+    extended = summary(run_dir)
+    assert extended["status"] == "completed" and extended["resumes"] == 1
+    assert Path(extended["resumed_from"]).name == "step_00000003"
+    assert extended["extensions"] and extended["metrics"]["steps"] == 5
+    assert step_folders(run_dir) == ["step_00000003", "step_00000004", "step_00000005"]
+    train([*SINGLE, "trainer.max_steps=5"], straight, tmp_path)
+    losses = [s["loss"] for s in read_jsonl(run_dir / "steps.jsonl")]
+    expected = [s["loss"] for s in read_jsonl(straight / "steps.jsonl")]
+    assert losses == pytest.approx(expected, rel=1e-6)  # steps 1-5, each once
+    assert extended["metrics"]["val_loss"] == pytest.approx(
+        summary(straight)["metrics"]["val_loss"], rel=1e-6
+    )
+
+    train([*SINGLE, "trainer.max_steps=2", "logger=csv", "resume=null"], run_dir, tmp_path)
+    fresh = summary(run_dir)
+    assert fresh["status"] == "completed" and fresh["metrics"]["steps"] == 2
+    assert step_folders(run_dir) == ["step_00000002"]
+    assert [s["step"] for s in read_jsonl(run_dir / "steps.jsonl")] == [1, 2]
+    assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [2]
+    figures(wall_s=first["wall_time_s"])
+
+
+# --- planning: refusals and what the dry run says -------------------------------------
+
+
+def test_cuda_graph_over_several_ranks_is_refused_in_planning() -> None:
+    with pytest.raises(ConfigError) as refused:
+        plan_for(
+            [
+                "launcher=slurm",
+                "launcher.gpus_per_node=2",
+                "launcher.tasks_per_node=2",
+                "topology=ddp",
+                "trainer.execution_mode=cuda_graph",
+            ]
+        )
+    assert refused.value.key == "trainer.execution_mode"
+    assert "single-rank" in str(refused.value)
+    single = plan_for(["launcher=slurm", "launcher.gpus_per_node=1",
+                       "trainer.execution_mode=cuda_graph"])  # fmt: skip
+    assert single.engine == "spikingjelly" and single.training_config.timing_warmup_steps > 0
+
+
+def test_engine_choice_and_device_on_a_cpu_machine() -> None:
+    auto = plan_for(["data=synthetic"])
+    assert (auto.engine, auto.device) == ("cpu", "cpu")
+    library = plan_for(["data=synthetic", "trainer.engine=spikingjelly"])
+    assert (library.engine, library.device, library.backend) == ("spikingjelly", "cpu", "gloo")
+    assert "spikingjelly on cpu" in library.as_text()
+    assert "nothing lost" in library.as_text()  # the stop bound, stated by the dry run
+    with pytest.raises(ConfigError) as refused:
+        plan_for(["trainer.engine=spikingjelly", "trainer.precision=bf16"])
+    assert refused.value.key == "trainer.precision" and "needs CUDA" in str(refused.value)
+
+
+def test_a_single_process_sets_its_own_rendezvous(monkeypatch: pytest.MonkeyPatch) -> None:
+    """launcher=local, one process (a one-GPU machine's default run, or a CPU run): nothing
+    launched ranks, so the engine gives env:// what it needs itself (issue 26 item 3); what a
+    launcher set (torchrun, a Slurm task) stays. The single-topology runs of
+    test_spikingjelly_loop.py go through this on CPU."""
+    from experiments.snn.engines.spikingjelly import single_process_env
+
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    env = single_process_env()
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("0", "1", "0")
+    assert env["MASTER_ADDR"] == "127.0.0.1" and int(env["MASTER_PORT"]) > 0
+    monkeypatch.setenv("MASTER_PORT", "29555")
+    monkeypatch.setenv("RANK", "3")
+    assert "MASTER_PORT" not in single_process_env() and "RANK" not in single_process_env()
+
+
+def test_the_scheduler_anneals_per_optimizer_step_in_the_spikformer_recipe() -> None:
+    """Both engines step the scheduler once per optimizer step (issue 26 item 9): the
+    recipe's cosine T_max counts optimizer steps over its 300 epochs, not epochs."""
+    cfg = compose_run(["experiment=spikformer_cifar10_ddp"])
+    ranks, batch, epochs = cfg.launcher.nproc_per_node, cfg.trainer.batch_size, cfg.trainer.epochs
+    steps_per_epoch = math.ceil(math.ceil(50000 / ranks) / batch)  # the sampler pads per rank
+    assert cfg.trainer.scheduler_kwargs.T_max == steps_per_epoch * epochs == 29400
+
+
+# --- Slurm: a requeue's SIGTERM ---------------------------------------------------------
+
+
+@pytest.mark.slurm
+def test_requeue_stops_at_the_signal_step_and_resumes_on_the_same_trajectory(
+    slurm_cluster, tmp_path: Path, figures
+) -> None:
+    """`scontrol requeue` sends SIGTERM to the job's task. The step hook agrees on it, the
+    library's own checkpoint is written for the step the signal came in (checkpoint_interval
+    is far away: any checkpoint there is the signal's), the loop breaks, the run is recorded
+    `interrupted` and the requeued job resumes from it: each step once, on the uninterrupted
+    run's losses."""
+    args = [
+        *[a for a in SINGLE if not a.startswith(("trainer.checkpoint_interval", "data.train"))],
+        "data.train_size=1024",
+        "trainer.epochs=1",
+        "trainer.max_steps=40",
+        "trainer.checkpoint_interval=1000",
+    ]
+    reference = tmp_path / "reference"
+    result = run_cli([*args, f"hydra.run.dir={reference}"], cwd=tmp_path, timeout=300,
+                     env={"PYTHONPATH": python_path(), "OMP_NUM_THREADS": "1"})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    slurm = ["launcher=slurm", "launcher.mem_gb=4", "launcher.cpus_per_task=1"]
+    sweep = tmp_path / "sweep"
+    log = tmp_path / "login.stderr"
+    with open(log, "w") as stderr:
+        proc = processes.spawn(
+            [CLI, *args, *slurm, f"hydra.sweep.dir={sweep}"],
+            cwd=tmp_path,
+            env=cli_env({"PYTHONPATH": python_path()}),
+            stderr=stderr,
+        )
+    steps = sweep / "0" / "steps.jsonl"
+    deadline = time.time() + 240
+    while not (steps.exists() and len(steps.read_text().splitlines()) >= 8):
+        assert time.time() < deadline and proc.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.2)
+    job = summary(sweep / "0")["slurm"]["job_id"]
+    requeue = processes.run(["scontrol", "requeue", job], timeout=30)
+    assert requeue.returncode == 0, requeue.stderr
+    proc.wait(timeout=300)
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    record = summary(sweep / "0")
+    assert (record["status"], record["metrics"]["steps"], record["resumes"]) == ("completed", 40, 1)
+    assert record["engine"] == "spikingjelly" and record["slurm"]["restart_count"] == 1
+    stopped_at = int(Path(record["resumed_from"]).name.removeprefix("step_"))
+    assert 8 <= stopped_at < 40  # the signal's step, not a checkpoint_interval multiple
+    assert f"stopping at step {stopped_at}" in (sweep / "0" / "train_rank0.log").read_text()
+    losses = [s["loss"] for s in read_jsonl(steps)]
+    expected = [s["loss"] for s in read_jsonl(reference / "steps.jsonl")]
+    assert losses == pytest.approx(expected, rel=1e-6)
+    figures(stopped_at=stopped_at)
