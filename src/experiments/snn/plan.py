@@ -106,8 +106,9 @@ class RunPlan:
             else "every step since the start (trainer.checkpoint_interval=0)"
         )
         return (
-            "SIGTERM/SIGUSR2 in a Slurm task (requeue, preemption, time limit): a checkpoint of "
-            "the step the signal came in, then the run ends interrupted (nothing lost); a "
+            "SIGTERM/SIGUSR2 in a Slurm task (requeue, preemption, time limit; Ctrl-C at a "
+            "local sweep point): a checkpoint of the step the signal came in, then the run "
+            "ends interrupted (nothing lost); a "
             f"killed rank loses {killed}; the last step is always saved"
         )
 

@@ -226,7 +226,10 @@ def train(plan: RunPlan, recorder: RunRecorder) -> dict[str, Any]:
 
     initialized_here = _init_process_group(plan.device)
     device = distributed_env.collective_device()  # NCCL: this rank's GPU; gloo: CPU
-    stop = GracefulStop().install() if distributed_env.in_slurm_job() else None
+    from experiments.launchers.local import is_sweep_point  # Ctrl-C at a local sweep
+
+    graceful = distributed_env.in_slurm_job() or is_sweep_point()  # as the CPU engine
+    stop = GracefulStop().install() if graceful else None
     try:
         decided = _decide_resume(plan) if dist.get_rank() == 0 else None
         resume = _broadcast(str(decided) if decided is not None else None)
