@@ -56,6 +56,23 @@ def test_eval_of_a_run_reproduces_its_final_validation_and_draws_the_confusion_m
     assert len(confusion) == 10 and sum(map(sum, confusion)) == record["images"] == 128
     correct = sum(confusion[k][k] for k in range(10))
     assert correct / 128 == pytest.approx(record["val_accuracy"])
+    # Rows are the true classes: each row holds as many images as the validation data has of
+    # that class, counted here from the data itself (the diagonal and the accuracy above come
+    # from the same predictions and cannot tell a transposed matrix from the right one).
+    import torch
+
+    from experiments.data import import_object
+
+    from .conftest import plan_for
+
+    config = plan_for(RUN).training_config
+    _, val = import_object(config.dataset_builder, "data.builder")(**config.dataset_kwargs)
+    labels = torch.tensor([int(val[i][1]) for i in range(len(val))])
+    assert [sum(row) for row in confusion] == torch.bincount(labels, minlength=10).tolist()
+    per_class = record["per_class_accuracy"]
+    assert [p for p in per_class if p is not None] == [
+        pytest.approx(row[k] / sum(row)) for k, row in enumerate(confusion) if sum(row)
+    ]
     assert record["images_per_second"] > 0
     from matplotlib.image import imread
 

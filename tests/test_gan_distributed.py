@@ -1,7 +1,9 @@
-"""Distributed GAN training and stops that lose nothing: model.ddp=dynamic|static on 2 ranks,
-a SIGKILLed rank restarted by torchrun, SIGTERM handled at an iteration boundary (locally and
-as a real Slurm requeue), and atomic checkpoint writes. Real processes throughout: the CLI,
-torchrun, Slurm, signals, SIGKILL.
+"""Distributed GAN training and stops that lose nothing: model.ddp=static on 2 ranks with a
+SIGKILLed rank restarted by torchrun (the only restart test: the dynamic-DDP restart test was
+folded into it; dynamic DDP on 2 ranks is the Slurm requeue here and test_gan.py's two-rank
+run), SIGTERM handled at an iteration boundary (locally and as a real Slurm requeue), and
+atomic checkpoint writes. Real processes throughout: the CLI, torchrun, Slurm, signals,
+SIGKILL. What each rank read is recorded (EXPERIMENTS_TEST_RECORD_READS), not inferred.
 
 Budget: a 2-rank torchrun run (restarted once), three single-process runs, and a 2-task Slurm
 job (requeued once) on the suite's Slurm cluster. Every failure is injected from outside the

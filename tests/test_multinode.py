@@ -347,6 +347,18 @@ def test_one_rank_dying_ends_the_two_node_job_with_its_error_and_log(
         json.loads(p.read_text())["time"] for p in (run_dir / "failures").glob("rank_1.json")
     ]
     assert started < record_time and ended - record_time < 60
+    # Its peer stopped within a second or two of the record (README): rank 0's watchdog polls
+    # the failures folder every second and logs when it stops (the bar leaves room for a day
+    # 3x slower than a quiet one; waiting in the collective would take 30 minutes).
+    from datetime import datetime
+
+    (line,) = [
+        line
+        for line in (run_dir / "train_rank0.log").read_text().splitlines()
+        if "stopping: rank 1" in line
+    ]
+    stopped = datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    assert 0 <= stopped - record_time < 5, (line, record_time)
     said = f"rank 1 on {SLURM_NODES[1]}: RuntimeError: injected failure on rank 1"
     assert f"  error: {said} (log: {rank_log})" in result.stdout
     assert "Traceback" not in result.stderr
