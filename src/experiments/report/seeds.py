@@ -228,6 +228,8 @@ def draw(
         figure.savefig(temporary, format="png")
     plt.close(figure)
 
+    from matplotlib.ticker import MaxNLocator
+
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
     for axis, panel in zip(axes, fam.curves, strict=True):
         for row in table:
@@ -238,6 +240,7 @@ def draw(
                 series.append(
                     {x: y for x, y in zip(xs, ys, strict=False) if x is not None and y is not None}
                 )
+            series = [s for s in series if s]  # a seed that failed before logging has none
             xs = sorted({x for s in series for x in s})
             if not xs:
                 continue
@@ -248,6 +251,8 @@ def draw(
                 spread.append(statistics.stdev(at) if len(at) > 1 else 0.0)
             (line,) = axis.plot(xs, mean, marker="o" if len(xs) <= 20 else None,
                                 label=f"{_label(row, keys)} (n={len(series)})")  # fmt: skip
+            if len(xs) == 1:  # one evaluation: a band has no width, an error bar does
+                axis.errorbar(xs, mean, yerr=spread, capsize=5, color=line.get_color())
             axis.fill_between(
                 xs,
                 [m - s for m, s in zip(mean, spread, strict=True)],
@@ -256,6 +261,7 @@ def draw(
                 alpha=0.2,
             )
         axis.set(xlabel=panel.xlabel, ylabel=panel.title.lower())
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_title(f"{panel.title}: mean ± std over seeds", fontsize=10)
         axis.grid(alpha=0.3)
         if axis.get_legend_handles_labels()[0]:
