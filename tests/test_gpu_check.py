@@ -10,7 +10,6 @@ and both throughput paths (experiments-train vs train_classification called dire
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,7 +17,8 @@ import pytest
 
 from bench import gpu_check
 
-from .conftest import REPO, cli_env
+from .conftest import MAX_TIMEOUT, REPO, cli_env, plan_for
+from .support import processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.gan]
 
@@ -28,13 +28,11 @@ CUDA_ONLY = {"bf16", "compile", "cuda_graph", "classify_sync_bn"}
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("gpu_check")
-    proc = subprocess.run(
+    proc = processes.run(  # the whole tree dies with the test, on timeout too
         [sys.executable, "-m", "bench.gpu_check", "--out", str(out), "--cpu-rehearsal"],
         cwd=REPO,
         env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=480,
+        timeout=MAX_TIMEOUT,
     )
     report = json.loads((out / "gpu_check.json").read_text())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -88,3 +86,22 @@ def test_without_cuda_the_gpu_check_refuses_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "gpu_check.json").exists()
     assert gpu_check.main(["--out", str(tmp_path), "--cpu-rehearsal", "--only", "nope"]) == 2
     assert "--only nope: not a check" in capsys.readouterr().err
+
+
+def test_the_cuda_command_lines_plan_here_or_are_refused_for_cuda_only(tmp_path):
+    """Every experiments-train command line the check runs on CUDA composes and plans on
+    this machine, except where validation refuses a CUDA feature (and says so): a typo in a
+    line only a GPU runs would otherwise first show on the GPU."""
+    from experiments.errors import ConfigError
+
+    lines = gpu_check.command_lines(gpu_check.Context(out=tmp_path, cuda=True, gpus=2))
+    refused = {}
+    for name, args in lines.items():
+        try:
+            plan_for(args, run_dir=str(tmp_path / name))
+        except ConfigError as error:
+            refused[name] = str(error)
+    assert all("cuda" in message.lower() for message in refused.values()), refused
+    assert set(refused) >= {"bf16", "cuda_graph", "classify_amp", "classify_sync_bn"}
+    planned = set(lines) - set(refused)
+    assert planned >= {"main_job", "resume", "dcgan", "gan_ddp_dynamic", "gan_ddp_static"}
