@@ -8,12 +8,38 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import BIN, FAST, read_jsonl, run_cli
+from .conftest import BIN, FAST, read_jsonl, run_cli, run_cli_in_process
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["+trainer.epoch=3", "data=synthetic"],  # a refusal: one line on stderr, exit 2
+        ["-m", "optimizer.lr=1e-3,2e-3", "dry_run=true"],  # a sweep's dry run: the plans
+    ],
+)
+def test_the_entry_point_in_process_answers_as_the_console_script(
+    args: list[str], tmp_path: Path
+) -> None:
+    """Refusal and planning tests call the entry point in-process (run_cli_in_process, no
+    process start-up); the installed console script, started as a user starts it, must give
+    the same exit status, stdout and stderr, byte for byte."""
+    args = [*args, f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    real = run_cli(args, cwd=tmp_path)
+    here = run_cli_in_process(args, cwd=tmp_path)
+    assert (here.returncode, here.stdout, here.stderr) == (
+        real.returncode,
+        real.stdout,
+        real.stderr,
+    )
+    assert real.returncode in (0, 2) and (real.stdout or real.stderr)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow
 def test_help_is_our_page(tmp_path: Path) -> None:
-    result = run_cli(["--help"], cwd=tmp_path)
+    result = run_cli_in_process(["--help"], cwd=tmp_path)
     assert result.returncode == 0
     out = result.stdout
     assert out.startswith("experiments-train: compose, check and launch")
@@ -39,7 +65,7 @@ def test_version_names_the_app_and_its_libraries(tmp_path: Path) -> None:
 @pytest.mark.parametrize("group", ["experiment", "hparams_search"])
 def test_plus_on_a_preset_group_says_to_drop_the_plus(group: str, tmp_path: Path) -> None:
     name = "digits_sew_resnet18" if group == "experiment" else "digits_lr"
-    result = run_cli([f"+{group}={name}", "dry_run=true"], cwd=tmp_path)
+    result = run_cli_in_process([f"+{group}={name}", "dry_run=true"], cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"error: write {group}=<name>, without '+': the {group} group is already in the "
@@ -51,11 +77,11 @@ def test_plus_on_a_preset_group_says_to_drop_the_plus(group: str, tmp_path: Path
 @pytest.mark.slow
 def test_a_preset_whose_data_root_is_required_can_be_dry_run(tmp_path: Path) -> None:
     preset = "experiment=sew_resnet34_imagenet_fsdp2_tp_slurm"
-    result = run_cli([preset, "dry_run=true"], cwd=tmp_path)
+    result = run_cli_in_process([preset, "dry_run=true"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "mesh dp=16 x pp=1 x tp=2" in result.stdout
     assert "<required: set data.root=... before a real run>" in result.stdout
-    real = run_cli([preset], cwd=tmp_path)  # without dry_run the root is still required
+    real = run_cli_in_process([preset], cwd=tmp_path)  # without dry_run the root is required
     assert real.returncode == 2
     assert "data.root='???': must be set" in real.stderr
     assert list(tmp_path.iterdir()) == []

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import CLI, REPO, run_cli
+from .conftest import CLI, REPO, run_cli, run_cli_in_process
 
-# Each test starts the real CLI (a few seconds each): part of `make test`, not `make check`.
+# The CLI's entry point runs in-process (run_cli_in_process) except where a process of its own
+# is the point (closed stdout; the task function reached without the callback): `make test`.
 pytestmark = pytest.mark.slow
 
 
@@ -60,7 +61,7 @@ def test_multirun_dry_run_lists_each_point_and_refuses_a_bad_one_writing_nothing
     tmp_path: Path,
 ) -> None:
     sweep = tmp_path / "sweep"
-    result = run_cli(
+    result = run_cli_in_process(
         ["-m", "optimizer.lr=1e-3,abc,2e-3", "dry_run=true", f"hydra.sweep.dir={sweep}"],
         cwd=tmp_path,
     )
@@ -78,7 +79,7 @@ def test_multirun_dry_run_lists_each_point_and_refuses_a_bad_one_writing_nothing
 
 
 def test_multirun_dry_run_prints_the_point_lines_before_the_plans(tmp_path: Path) -> None:
-    result = run_cli(["-m", "optimizer.lr=1e-3,2e-3", "dry_run=true"], cwd=tmp_path)
+    result = run_cli_in_process(["-m", "optimizer.lr=1e-3,2e-3", "dry_run=true"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
     assert out.index("  point 1: optimizer.lr=0.002  -> plans") < out.index("--- sweep point 0")
@@ -91,7 +92,7 @@ def test_search_dry_run_with_an_interval_shows_the_base_plan_and_trains_nothing(
 ) -> None:
     """Optuna's interval() is not a value Hydra can compose: once it turned into a callback
     warning and the search trained."""
-    result = run_cli(
+    result = run_cli_in_process(
         [
             "hparams_search=digits_lr",
             "optimizer.lr=interval(1e-4,1e-2)",
@@ -112,7 +113,7 @@ def test_an_exception_while_checking_ends_the_process_with_exit_2(tmp_path: Path
     """Any failure inside validation (here: an unknown key in one sweep point, which Hydra
     raises while composing) is one line and exit 2, not a warning followed by a run."""
     sweep = tmp_path / "sweep"
-    result = run_cli(
+    result = run_cli_in_process(
         ["-m", "optimizer.lr=1e-3", "trainer.no_such_key=1,2", f"hydra.sweep.dir={sweep}"],
         cwd=tmp_path,
     )
@@ -141,7 +142,7 @@ def test_sweep_directory_name_ignores_dry_run_and_argument_order(
         ["-m", "seed=1", "optimizer.lr=1e-3,2e-3"],
         ["-m", "optimizer.lr=1e-3,2e-3", "seed=1"],
     ):
-        result = run_cli([*argv, "dry_run=json"], cwd=tmp_path)
+        result = run_cli_in_process([*argv, "dry_run=json"], cwd=tmp_path)
         assert result.returncode == 0, result.stderr[-2000:]
         dirs.append([point["run_dir"] for point in json.loads(result.stdout)])
     assert dirs[0] == dirs[1]
@@ -167,7 +168,9 @@ def test_slurm_dry_runs_and_refusals_never_call_slurm(args: list[str], tmp_path:
         stand_in.chmod(0o755)
     work = tmp_path / "work"
     work.mkdir()
-    result = run_cli(args, cwd=work, env={"PATH": f"{bin_dir}:{Path(CLI).parent}:/usr/bin:/bin"})
+    result = run_cli_in_process(
+        args, cwd=work, env={"PATH": f"{bin_dir}:{Path(CLI).parent}:/usr/bin:/bin"}
+    )
     assert result.returncode == (2 if "dry_run" not in " ".join(args) else 0), result.stderr[-2000:]
     assert not calls.exists(), calls.read_text()
     assert _written(work) == []
@@ -192,7 +195,7 @@ def test_readme_slurm_examples_pass_their_dry_run_as_written(tmp_path: Path) -> 
     assert len(commands) >= 3, commands  # the quick-start line and the Slurm section's
     for args in commands:
         args = [*(a for a in args if not a.startswith("dry_run=")), "dry_run=true"]
-        result = run_cli(args, cwd=tmp_path)
+        result = run_cli_in_process(args, cwd=tmp_path)
         assert result.returncode == 0, (shlex.join(args), result.stderr[-2000:])
         assert "#SBATCH --nodes=" in result.stdout
     assert _written(tmp_path) == []

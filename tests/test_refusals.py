@@ -1,7 +1,8 @@
 # ruff: noqa: E501  (the table reads best one case a line)
 """Mistakes that used to pass validation and fail (or be ignored) after the run directory
-existed: each is refused through the real CLI, one line naming the key, exit 2, nothing
-written."""
+existed: each is refused through the CLI's entry point, one line naming the key, exit 2,
+nothing written. In-process (run_cli_in_process): a process start-up per case cost ~3 s each;
+test_cli.py checks that the console script answers the same."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import run_cli
+from .conftest import run_cli_in_process
 
 CASES = [
     (["+trainer.epoch=3"], "trainer.epoch=3: not a key of trainer=default; did you mean trainer.epochs?"),
@@ -47,7 +48,9 @@ def test_refused_before_launch_naming_the_key(
     overrides: list[str], message: str, tmp_path: Path
 ) -> None:
     run_dir = tmp_path / "run"
-    result = run_cli([*overrides, "data=synthetic", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    result = run_cli_in_process(
+        [*overrides, "data=synthetic", f"hydra.run.dir={run_dir}"], cwd=tmp_path
+    )
     assert result.returncode == 2, result.stdout[-1000:] + result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -61,7 +64,7 @@ def test_refused_before_launch_naming_the_key(
 @pytest.mark.slow
 def test_adding_a_real_optional_argument_still_plans(tmp_path: Path) -> None:
     """The checks refuse what the class cannot take, not what our yaml does not list."""
-    result = run_cli(
+    result = run_cli_in_process(
         ["optimizer=sgd", "+optimizer.nesterov=true", "trainer.scheduler=torch.optim.lr_scheduler.StepLR",
          "+trainer.scheduler_kwargs.step_size=3", "dry_run=json"],
         cwd=tmp_path,
@@ -101,7 +104,7 @@ def three_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_image_folder_classes_and_split_are_checked(
     overrides: list[str], message: str, three_classes: Path, tmp_path: Path
 ) -> None:
-    result = run_cli(
+    result = run_cli_in_process(
         ["data=imagefolder", f"data.root={three_classes}", "data.image_size=16", *overrides,
          f"hydra.run.dir={tmp_path / 'run'}"],
         cwd=tmp_path,

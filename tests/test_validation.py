@@ -9,7 +9,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from experiments.errors import ConfigError
 
-from .conftest import plan_for, run_cli
+from .conftest import plan_for, run_cli_in_process
 
 TORCHRUN2 = ["launcher=torchrun", "launcher.nproc_per_node=2"]
 # Config groups: an error on a group (e.g. topology) names what the choice amounts to
@@ -217,7 +217,7 @@ def test_cli_rejects_with_exit_2_one_message_and_no_run_directory(
     tmp_path: Path, args: list[str], expected: str
 ) -> None:
     run_dir = tmp_path / "run"
-    result = run_cli([*args, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    result = run_cli_in_process([*args, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert expected in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
@@ -230,7 +230,7 @@ def test_cli_rejects_with_exit_2_one_message_and_no_run_directory(
 @pytest.mark.slow
 def test_sweep_with_one_invalid_point_is_rejected_before_any_point_runs(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
-    result = run_cli(
+    result = run_cli_in_process(
         ["-m", "topology=single,channel_tp", f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path
     )
     assert result.returncode == 2
@@ -243,7 +243,7 @@ def test_sweep_with_one_invalid_point_is_rejected_before_any_point_runs(tmp_path
 def test_sweep_dry_run_prints_every_point_and_writes_nothing(tmp_path: Path) -> None:
     import json
 
-    result = run_cli(
+    result = run_cli_in_process(
         [
             "-m",
             "model=sew_resnet18,spikformer_tiny",
