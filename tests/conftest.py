@@ -219,6 +219,14 @@ class Result:
     stderr: str
 
 
+def on_python_path(*folders: str) -> str:
+    """`folders` first, then the PYTHONPATH this test session has: the children of a test that
+    adds a folder (the test-only sitecustomize, the repo for tests.*) still import the package
+    the session imports (the working tree's src/ in development, a scratch copy under `make
+    mutants`), not the one installed in .venv."""
+    return os.pathsep.join([*folders, *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 def cli_env(env: dict | None = None) -> dict[str, str]:
     """The environment a user's shell would give the console script (bin dir on PATH)."""
     return {

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import CLI, REPO, SLURM_NODES, cli_env, read_jsonl, run_cli
+from .conftest import CLI, REPO, SLURM_NODES, cli_env, on_python_path, read_jsonl, run_cli
 from .support import processes
 from .test_gan import TINY as GAN_TINY
 
@@ -332,7 +332,7 @@ def test_one_rank_dying_ends_the_two_node_job_with_its_error_and_log(
         tmp_path,
         [*DDP, *TWO_NODES],
         timeout=240,
-        env={"PYTHONPATH": SITE, "EXPERIMENTS_TEST_FAIL_RANK": "1"},
+        env={"PYTHONPATH": on_python_path(SITE), "EXPERIMENTS_TEST_FAIL_RANK": "1"},
     )
     ended = time.time()
     assert result.returncode == 1, result.stderr[-3000:]

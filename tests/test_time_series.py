@@ -14,7 +14,7 @@ from experiments.data.digits import build_digits_datasets
 from experiments.data.digits_sequence import build_digits_sequence_datasets
 from experiments.errors import ConfigError
 
-from .conftest import REPO, plan_for, run_cli
+from .conftest import REPO, on_python_path, plan_for, run_cli
 
 SJ = "spikingjelly.activation_based."
 
@@ -92,7 +92,7 @@ def test_the_model_receives_the_loaders_frames_time_first(tmp_path: Path) -> Non
         ],
         cwd=tmp_path,
         timeout=300,
-        env={"PYTHONPATH": str(REPO)},
+        env={"PYTHONPATH": on_python_path(str(REPO))},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import REPO, plan_for, read_jsonl, run_cli
+from .conftest import REPO, on_python_path, plan_for, read_jsonl, run_cli
 from .recorded_data import read_indices
 
 pytestmark = [pytest.mark.slow, pytest.mark.dist]
@@ -82,7 +82,7 @@ class Runs:
                 [*overrides, f"hydra.run.dir={run_dir}"],
                 cwd=self.root,
                 timeout=400,
-                env={"PYTHONPATH": str(REPO)},
+                env={"PYTHONPATH": on_python_path(str(REPO))},
             )
             assert result.returncode == 0, f"{name}:\n{result.stderr[-4000:]}"
             self.done[name] = run_dir
@@ -251,6 +251,7 @@ def _assert_disjoint_stages(runs: Runs, name: str) -> None:
         assert sum(r["parameters_local"] for r in stages) == full_count
     keys = [set(runs.shard(name, pp, 0)) for pp in (0, 1)]
     assert keys[0] and keys[1]
+    assert not keys[0] & keys[1], sorted(keys[0] & keys[1])[:5]  # no tensor held by both
 
 
 def test_ddp_replicas_identical_after_every_step(runs: Runs) -> None:
