@@ -358,7 +358,7 @@ def interrupted_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
         n: summary_of(sweep / n) for n in ("0", "1") if (sweep / n / "summary.json").exists()
     }
     report = (sweep / "report.md").read_text() if (sweep / "report.md").exists() else ""
-    started = [n for n in ("2", "3") if (sweep / n / "summary.json").exists()]
+    started = [n for n in ("2", "3") if (sweep / n).exists()]  # not even Hydra's .hydra/
     again = run_cli(args, cwd=root)
     return {
         "sweep": sweep,
