@@ -271,6 +271,24 @@ def test_sample_of_a_conditional_ema_model_draws_rows_of_classes_from_the_ema_ge
     raw, _, stdout = sample("num=20", "ema=false")
     assert ", generator," in stdout
     assert not np.array_equal(grid, raw)  # same noise and labels, other weights
+    # The oracle is not the sampler's own label: MMGen's EMA generator and raw generator,
+    # called directly with the same seed and labels, draw exactly the npz images of each call.
+    import torch
+
+    from experiments.gan.engine import seeded
+    from experiments.gan.evaluate import checkpoint_of, load_model, recorded_plan
+    from experiments.gan.sample import as_uint8
+
+    model, _ = load_model(recorded_plan(conditional_run, []), checkpoint_of(conditional_run, None))
+    drawn = {}
+    for name in ("generator_ema", "generator"):
+        with torch.no_grad(), seeded(0):
+            drawn[name] = as_uint8(
+                getattr(model, name)(None, num_batches=20, label=torch.as_tensor(labels))
+            )
+    saved = sorted(tmp_path.glob("*.npz"))
+    assert np.array_equal(np.load(saved[0])["images"], drawn["generator_ema"])
+    assert np.array_equal(np.load(saved[1])["images"], drawn["generator"])
     _, labels, _ = sample("num=6", "class=3")
     assert labels.tolist() == [3] * 6
     code, _, err = _main("sample", [conditional_run, "class=10"], capsys)
