@@ -204,11 +204,13 @@ def test_a_checkpoint_write_killed_midway_leaves_no_truncated_checkpoint(tmp_pat
 
 
 @pytest.mark.slow
-def test_sigterm_checkpoints_the_current_iteration_and_the_rerun_resumes_there(
+def test_sigusr2_checkpoints_the_current_iteration_and_the_rerun_resumes_there(
     tmp_path: Path,
 ) -> None:
-    """Slurm's SIGTERM (requeue, scancel, preemption) mid-training. The checkpoint interval is
-    longer than the run, so before this change the rerun started over."""
+    """submitit's SIGUSR2 (the time limit's warning) mid-training, sent to a local run: the
+    same stop as SIGTERM (README: "On SIGTERM/SIGUSR2"), whose own test is the Slurm requeue
+    below (scontrol requeue sends SIGTERM). The checkpoint interval is longer than the run, so
+    before this change the rerun started over."""
     run_dir = tmp_path / "run"
     iters = 40
     args = [*TINY, f"model.iters={iters}", "model.checkpoint_interval=1000"]
@@ -225,16 +227,16 @@ def test_sigterm_checkpoints_the_current_iteration_and_the_rerun_resumes_there(
         assert proc.poll() is None, stderr_path.read_text()[-3000:]
         assert time.time() < deadline, "no second iteration in 240 s"
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=120) == 128 + signal.SIGTERM, stderr_path.read_text()[-3000:]
+    proc.send_signal(signal.SIGUSR2)
+    assert proc.wait(timeout=120) == 128 + signal.SIGUSR2, stderr_path.read_text()[-3000:]
 
     stopped = _steps(run_dir)[-1]
     assert 2 <= stopped < iters
     summary = _summary(run_dir)
     assert summary["status"] == "interrupted"
-    assert "stopped on signal SIGTERM after a checkpoint" in summary["interrupted"]
+    assert "stopped on signal SIGUSR2 after a checkpoint" in summary["interrupted"]
     assert _names(_checkpoints(run_dir)) == [f"iter_{stopped}.pth", "latest.pth"]
-    said = f"stopping at iteration {stopped} on signal SIGTERM; checkpoint saved"
+    said = f"stopping at iteration {stopped} on signal SIGUSR2; checkpoint saved"
     assert said in (run_dir / "train.log").read_text()
 
     result = _run(args, run_dir)  # the same command again (resume=auto)
