@@ -6,6 +6,7 @@ own 2 gloo ranks under torchrun; refusals are plan-level (no process, nothing wr
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -62,24 +63,23 @@ def _evaluate(state: dict, overrides: list[str]) -> float:
     return (logits.argmax(1) == targets).float().mean().item()
 
 
-def _untrained(overrides: list[str]) -> torch.nn.Module:
+def _untrained(plan: Any) -> torch.nn.Module:
     """The run's model before its first step: the Trainer seeds (set_deterministic(--seed))
     and then builds through our load_model, nothing drawn in between; so does this."""
     from spikingjelly.activation_based.examples.common.train_classify import set_deterministic
 
-    plan = plan_for(overrides)
     set_deterministic(plan.seed)
     return build_single_process_model(plan.training_config.model, torch.device("cpu"), 32)
 
 
-def _training_loss(model: torch.nn.Module, overrides: list[str]) -> float:
+def _training_loss(model: torch.nn.Module, plan: Any) -> float:
     """The Trainer's criterion (label smoothing 0.1) on all the run's training images, in
     training mode (BatchNorm on batch statistics, as the steps saw them)."""
     from spikingjelly.activation_based import functional
 
     from experiments.data import import_object
 
-    config = plan_for(overrides).training_config
+    config = plan.training_config
     train, _ = import_object(config.dataset_builder, "data.builder")(**config.dataset_kwargs)
     images, targets = train.tensors
     model.train()
@@ -122,11 +122,11 @@ def test_a_classify_run_keeps_the_run_directory_contract(tiny_run: Path) -> None
     # It learned: on the images it trained on, the checkpoint's loss is below the same
     # model's untrained one (measured: 2.312 untrained, 2.275 after the 2 steps; a Trainer
     # that moves no parameter leaves them equal).
-    untrained = _untrained(TINY)
-    before = _training_loss(untrained, TINY)
-    model = _untrained(TINY)
+    plan = plan_for(TINY)
+    before = _training_loss(_untrained(plan), plan)
+    model = _untrained(plan)
     model.load_state_dict(state)
-    after = _training_loss(model, TINY)
+    after = _training_loss(model, plan)
     assert after < before - 0.01, (before, after)
 
 
@@ -181,7 +181,7 @@ def test_ddp_on_two_gloo_ranks_keeps_the_replicas_equal(tmp_path: Path) -> None:
     # the step moved every parameter away from the untrained model first.
     assert metrics["replica_max_diff"] == 0.0
     state, _ = classify.load_checkpoint(run_dir)
-    untrained = _untrained(overrides)
+    untrained = _untrained(plan_for(overrides))
     assert len(_moved(state, untrained)) == len(list(untrained.parameters()))
     assert len(read_jsonl(run_dir / "metrics.jsonl")) == 1
 
