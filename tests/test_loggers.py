@@ -12,7 +12,7 @@ import pytest
 
 from experiments.errors import ConfigError
 
-from .conftest import REPO, plan_for, run_cli
+from .conftest import REPO, plan_for, read_jsonl, run_cli
 from .support.wandb_records import read_run
 
 ALL = "logger=[tensorboard,csv,mlflow,wandb]"
@@ -304,6 +304,34 @@ def test_a_resumed_run_keeps_its_csv_rows_up_to_the_checkpoint(tmp_path: Path) -
         ("1", "1.0"), ("2", "2.0"), ("3", "3.0"), ("4", "40.0")
     ]  # fmt: skip
     assert "epoch/val_accuracy" in rows[0]
+
+
+@pytest.mark.slow
+def test_an_snn_tracker_failing_mid_run_is_dropped_and_the_run_goes_on(tmp_path: Path) -> None:
+    """The CSV store fails at its 2nd write, step 2 (test-only sitecustomize): one warning, the
+    CSV is never written again (its step-1 row stays; the epoch's metrics would be a second),
+    TensorBoard and steps.jsonl get every step, the run completes."""
+    from .conftest import on_python_path
+
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        [*SNN, "trainer.epochs=1", "logger=[tensorboard,csv]", f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        env={
+            "PYTHONPATH": on_python_path(str(REPO / "tests" / "support" / "site")),
+            "EXPERIMENTS_TEST_FAIL_CSV_LOG": "2",
+        },
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed"
+    log = (run_dir / "train.log").read_text()
+    assert log.count("tracker csv failed in log") == 1 and "injected failure" in log
+    steps = [r["step"] for r in read_jsonl(run_dir / "steps.jsonl")]
+    assert steps == [1, 2]
+    assert [row["step"] for row in csv_rows(run_dir)] == ["1"]  # nothing after the failure
+    scalars, _ = tensorboard_events(run_dir / "tensorboard")
+    assert [step for step, _ in scalars["train/loss"]] == steps  # the other tracker: every step
 
 
 @pytest.mark.gan

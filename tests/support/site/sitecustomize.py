@@ -20,6 +20,9 @@ EXPERIMENTS_TEST_KILL_DURING_GAN_SAVE=N: the process writing a GAN checkpoint of
 of it, syncs it and SIGKILLs itself: a crash in the middle of a checkpoint write. Under
 torchrun only in the first round (TORCHELASTIC_RESTART_COUNT 0): the restarted ranks go on.
 
+EXPERIMENTS_TEST_FAIL_CSV_LOG=N: the CSV tracker's Nth `log` call raises OSError (a store that
+fails mid-run, e.g. its disk gone): the run must drop that tracker and go on.
+
 EXPERIMENTS_TEST_RECORD_READS=DIR: every index a DataLoader reads from a map-style dataset
 (torch's own fetcher, in the process or its loader workers) is appended to DIR/rank<RANK>.txt:
 what each rank read, whatever the dataset (MMGen's image folders included).
@@ -190,3 +193,28 @@ def _record_reads(folder: str) -> None:
 
 if _RECORD_READS:
     _record_reads(_RECORD_READS)
+
+
+_FAIL_CSV_LOG = os.environ.get("EXPERIMENTS_TEST_FAIL_CSV_LOG")
+
+
+def _fail_csv_log(call: int) -> None:
+    import functools
+
+    from experiments.loggers import csv
+
+    original = csv.CSVTracker.log
+    calls = [0]
+
+    @functools.wraps(original)
+    def log(self, metrics, step):
+        calls[0] += 1
+        if calls[0] == call:
+            raise OSError(f"injected failure of the CSV tracker at step {step}")
+        return original(self, metrics, step)
+
+    csv.CSVTracker.log = log
+
+
+if _FAIL_CSV_LOG:
+    _fail_csv_log(int(_FAIL_CSV_LOG))
