@@ -386,12 +386,15 @@ def pytest_terminal_summary(terminalreporter) -> None:
 # both cores. A file is a unit (its module fixtures are built once); the longest files go
 # first, so the two workers end together instead of one starting a long file last.
 LONGEST_FIRST = (
+    "test_spikingjelly_loop.py",
     "test_multinode.py",
     "test_topologies.py",
-    "test_spikingjelly_loop.py",
+    "test_research_sweeps.py",
+    "test_robustness.py",
     "test_gan.py",
     "test_gan_distributed.py",
     "test_sweeps.py",
+    "test_gpu_check.py",
     "test_gan_recipes.py",
     "test_gan_sample_eval.py",
     "test_fault_tolerance.py",
@@ -405,6 +408,8 @@ LONGEST_FIRST = (
     "test_classify.py",
     "test_zoo.py",
     "test_time_series.py",
+    "test_cuda_paths.py",
+    "test_collectives.py",
 )
 
 
