@@ -14,10 +14,11 @@ then a summary; the exit status is non-zero when any mutant survived or erred.
 
 Usage: `make mutants [MUTANTS=<filter>]` or `.venv/bin/python scripts/mutants.py [filter]
 [--list] [--check] [--keep] [--timeout S] [--clean-first]`. `--check` only checks that
-each mutant applies (its `replace` text occurs once), in a second. The filter is a case-insensitive substring
-of a mutant's name or of its file's name (`MUTANTS=gan` runs gan.toml and every mutant
-whose name says GAN). `--clean-first` runs each mutant's tests once on the unbroken copy
-first, so that a test failing for another reason is not counted as a catch.
+each mutant applies (its `replace` text occurs once), in a second. The filter is a
+case-insensitive substring of a mutant's name or of its file's name (`MUTANTS=gan` runs
+gan.toml and every mutant whose name says GAN). `--clean-first` runs each mutant's tests
+once on the unbroken copy first, so that a test failing for another reason is not counted
+as a catch.
 """
 
 from __future__ import annotations
