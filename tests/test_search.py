@@ -94,6 +94,7 @@ def resumed_search(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "dir": sweep_dir,
         "result": result,
         "second": second,
+        "first_pid": proc.pid,
         "before": before,
         "left": left,
         "seconds": (killed_after, time.monotonic() - started - killed_after),
@@ -103,7 +104,10 @@ def resumed_search(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def test_a_second_search_of_the_same_study_is_refused(resumed_search) -> None:
     second = resumed_search["second"]
     assert second.returncode == 2, second.stderr[-3000:]
-    assert "error: another search is running this study" in second.stderr
+    # The sweep directory's lock answers first (run/lock.py), naming the running search.
+    (line,) = second.stderr.strip().splitlines()
+    assert line.startswith("error: sweep ") and " is in use by host " in line, line
+    assert f"pid {resumed_search['first_pid']}" in line, line
     # It marked none of the running search's trials: all 6 + the interrupted one are accounted
     # for by the resume test, and the run directories were left alone.
 
