@@ -270,7 +270,9 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
             plan.early_stopping, plan.objective, recorder.summary,
             agree=early_stopping.broadcast_from_rank0,
         )  # fmt: skip
-        cfg.custom_hooks.append(early_stopping.mmcv_hook(monitor, plan.recipe.log_interval))
+        cfg.custom_hooks.append(
+            early_stopping.mmcv_hook(monitor, plan.recipe.log_interval, split_losses)
+        )
 
     timestamp = time.strftime("%Y%m%d_%H%M%S")
     log_file = str(plan.run_dir / f"{timestamp}.log") if rank == 0 else None

@@ -271,32 +271,39 @@ def broadcast_from_rank0(value: Any) -> Any:
     return holder[0]
 
 
-def mmcv_hook(monitor: Monitor, interval: int, save_best: bool = True) -> Any:
+def mmcv_hook(
+    monitor: Monitor,
+    interval: int,
+    losses: Callable[[dict[str, Any]], dict[str, float]],
+    save_best: bool = True,
+) -> Any:
     """The mmcv hook for GAN runs (registered on first use, nothing in mmcv edited): every
     `interval` iterations it reads the iteration's losses as the record hook does, asks the
     monitor, keeps `best.pth` beside MMGen's iter_N.pth when the metric improved, and ends the
     runner after this iteration when patience is used up (its checkpoint and record hooks see
-    that iteration as the last and save and record it)."""
+    that iteration as the last and save and record it). `losses` is the GAN engine's own
+    reading of MMGen's loss terms (given, not imported: run/ imports no family)."""
     from mmcv.runner import HOOKS, Hook
 
     name = "ExperimentsEarlyStoppingHook"
     if name not in HOOKS.module_dict:
 
         class ExperimentsEarlyStoppingHook(Hook):
-            def __init__(self, monitor: Monitor, interval: int, save_best: bool) -> None:
+            def __init__(
+                self, monitor: Monitor, interval: int, losses: Any, save_best: bool
+            ) -> None:
                 self.monitor = monitor
+                self.losses = losses
                 self.interval = interval
                 self.save_best = save_best
 
             def after_train_iter(self, runner: Any) -> None:
-                from experiments.gan.engine import split_losses
-
                 done = runner.iter + 1
                 if done % self.interval and done != runner.max_iters:
                     return
                 log_vars = runner.outputs.get("log_vars", {})
                 record = {k: float(v) for k, v in log_vars.items() if isinstance(v, (int, float))}
-                record.update(split_losses(record))
+                record.update(self.losses(record))
                 verdict = self.monitor.after_evaluation(done, None, record)
                 if verdict.improved and self.save_best:
                     self._save_best(runner)
@@ -326,5 +333,10 @@ def mmcv_hook(monitor: Monitor, interval: int, save_best: bool = True) -> Any:
         HOOKS.register_module(name=name, module=ExperimentsEarlyStoppingHook)
     # ABOVE_NORMAL: before the checkpoint hook (NORMAL), which then saves the last iteration
     return dict(
-        type=name, monitor=monitor, interval=interval, save_best=save_best, priority="ABOVE_NORMAL"
+        type=name,
+        monitor=monitor,
+        interval=interval,
+        losses=losses,
+        save_best=save_best,
+        priority="ABOVE_NORMAL",
     )

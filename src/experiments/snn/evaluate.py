@@ -190,7 +190,7 @@ def _library_state(plan: Any, path: Path, mesh: tuple[int, int]) -> tuple[dict, 
 
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    from experiments.snn.engines.spikingjelly import checkpoint_step, torn_reason
+    from experiments.snn.engines.spikingjelly_checkpoints import checkpoint_step, torn_reason
 
     pipeline, tensor = mesh
     reason = torn_reason(path, pipeline * tensor)
@@ -215,7 +215,7 @@ def _load_newest_readable(
 ) -> tuple[torch.nn.Module, Path, int]:
     mesh = _library_mesh(run_dir)
     if mesh is not None:
-        from experiments.snn.engines.spikingjelly import scan_checkpoints
+        from experiments.snn.engines.spikingjelly_checkpoints import scan_checkpoints
 
         if chosen is not None:
             candidates = [chosen]

@@ -194,7 +194,7 @@ class LoopHooks:
         in-flight one has no .metadata yet: it is neither counted nor touched)."""
         if not self.keep or dist.get_rank() != 0:
             return
-        from experiments.snn.engines.spikingjelly import scan_checkpoints
+        from experiments.snn.engines.spikingjelly_checkpoints import scan_checkpoints
 
         root = self.plan.training_config.checkpoint_dir
         dims = self.plan.dims
