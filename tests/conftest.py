@@ -298,6 +298,28 @@ def run_tool(
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
+    """tmp_path_factory.mktemp for module-scoped fixtures, removed when the module ends.
+
+    A run of the SNN models writes ~90-130 MB a checkpoint, and the suite makes hundreds of
+    them: kept to the session's end they filled CI's disk (25 GB a session). pytest removes a
+    passed test's tmp_path (tmp_path_retention_policy = "failed" in pyproject.toml); this does
+    the same for module fixtures, and keeps them when a test of the module failed, to read."""
+    made: list[Path] = []
+    failed_before = request.session.testsfailed
+
+    def mktemp(name: str) -> Path:
+        path = tmp_path_factory.mktemp(name)
+        made.append(path)
+        return path
+
+    yield mktemp
+    if request.session.testsfailed == failed_before:
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

@@ -5,6 +5,7 @@ own 2 gloo ranks under torchrun; refusals are plan-level (no process, nothing wr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,8 @@ TINY = [
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("classify") / "run"
+def tiny_run(module_tmp: Callable[[str], Path]) -> Path:
+    run_dir = module_tmp("classify") / "run"
     result = run_cli([*TINY, f"hydra.run.dir={run_dir}"], cwd=run_dir.parent)
     assert result.returncode == 0, result.stderr[-3000:]
     return run_dir

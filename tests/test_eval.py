@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,8 @@ RUN = [
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("eval")
+def run_dir(module_tmp: Callable[[str], Path]) -> Path:
+    root = module_tmp("eval")
     result = run_cli([*RUN, f"hydra.run.dir={root / 'run'}"], cwd=root)
     assert result.returncode == 0, result.stderr[-3000:]
     return root / "run"

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -89,9 +90,9 @@ def worker_pid(run_dir: Path, rank: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[float]]:
+def reference(module_tmp: Callable[[str], Path]) -> dict[str, list[float]]:
     """Uninterrupted runs: the trajectories every interrupted run must reproduce."""
-    root = tmp_path_factory.mktemp("reference")
+    root = module_tmp("reference")
     train(root / "single", [])
     train(root / "single_again", [])
     train(root / "ddp", DDP)

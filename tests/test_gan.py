@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -282,11 +283,11 @@ def test_quality_is_seeded_and_leaves_the_training_draws_unchanged() -> None:
 
 
 @pytest.fixture(scope="module", params=sorted(RECIPES))
-def trained(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+def trained(request: pytest.FixtureRequest, module_tmp: Callable[[str], Path]):
     """(model, run directory): each recipe trained once at the LEARN size, read by several
     tests (pytest groups the tests of one recipe around its run)."""
     model = request.param
-    run_dir = tmp_path_factory.mktemp(model) / "run"
+    run_dir = module_tmp(model) / "run"
     _run(_learn(model), run_dir, timeout=500)
     return model, run_dir
 

@@ -9,6 +9,7 @@ one resumed iteration from its half-way checkpoint. Everything else plans in-pro
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -200,8 +201,8 @@ def _run(args: list[str], run_dir: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run_dir = tmp_path_factory.mktemp("biggan") / "run"
+def trained(module_tmp: Callable[[str], Path]) -> Path:
+    run_dir = module_tmp("biggan") / "run"
     _run(LEARN, run_dir)
     return run_dir
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -37,9 +38,9 @@ RUN = [
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory, imagefolder_session: Path) -> tuple[Path, str]:
+def run(module_tmp: Callable[[str], Path], imagefolder_session: Path) -> tuple[Path, str]:
     """(run directory, the training command's stdout)."""
-    root = tmp_path_factory.mktemp("gan_sample_eval")
+    root = module_tmp("gan_sample_eval")
     run_dir = root / "run"
     result = run_cli(
         [*RUN, f"data.root={imagefolder_session}", f"hydra.run.dir={run_dir}"], cwd=root
@@ -227,9 +228,9 @@ def test_sample_refuses_bad_arguments_in_one_line_and_writes_nothing(
 
 
 @pytest.fixture(scope="module")
-def conditional_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def conditional_run(module_tmp: Callable[[str], Path]) -> Path:
     """BigGAN (class-conditional, EMA generator) on the digits, a few iterations."""
-    root = tmp_path_factory.mktemp("gan_sample_conditional")
+    root = module_tmp("gan_sample_conditional")
     run_dir = root / "run"
     args = [
         "model=biggan",

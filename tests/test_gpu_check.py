@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,8 @@ CUDA_ONLY = {"bf16", "compile", "cuda_graph", "classify_sync_bn"}
 
 
 @pytest.fixture(scope="module")
-def rehearsal(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    out = tmp_path_factory.mktemp("gpu_check")
+def rehearsal(module_tmp: Callable[[str], Path]) -> tuple[Path, dict]:
+    out = module_tmp("gpu_check")
     proc = processes.run(  # the whole tree dies with the test, on timeout too
         [sys.executable, "-m", "bench.gpu_check", "--out", str(out), "--cpu-rehearsal"],
         cwd=REPO,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -98,8 +99,8 @@ def jsonl(path: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def snn_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("snn")
+def snn_run(module_tmp: Callable[[str], Path]) -> Path:
+    root = module_tmp("snn")
     result = run_cli([*SNN, ALL, f"hydra.run.dir={root / 'run'}"], cwd=root)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "mlflow ui --backend-store-uri sqlite:///" in result.stdout

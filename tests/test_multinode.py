@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -117,8 +118,8 @@ class References:
 
 
 @pytest.fixture(scope="module")
-def references(tmp_path_factory: pytest.TempPathFactory) -> References:
-    return References(tmp_path_factory.mktemp("single_node"))
+def references(module_tmp: Callable[[str], Path]) -> References:
+    return References(module_tmp("single_node"))
 
 
 @pytest.fixture

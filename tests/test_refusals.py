@@ -6,6 +6,7 @@ test_cli.py checks that the console script answers the same."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -74,12 +75,12 @@ def test_adding_a_real_optional_argument_still_plans(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def three_classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def three_classes(module_tmp: Callable[[str], Path]) -> Path:
     """train/<a,b,c>/ with 5 tiny PNGs each, and no val/ folder."""
     import numpy as np
     from PIL import Image
 
-    root = tmp_path_factory.mktemp("three_classes")
+    root = module_tmp("three_classes")
     generator = np.random.default_rng(0)
     for name in ("a", "b", "c"):
         folder = root / "train" / name

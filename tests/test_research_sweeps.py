@@ -8,6 +8,7 @@ import csv
 import json
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -42,11 +43,11 @@ def summary(run_dir: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def seed_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def seed_sweep(module_tmp: Callable[[str], Path]) -> dict:
     """3 seeds x 2 learning rates, one epoch each. Point 5 (seed 3, lr 0.002) fails for real:
     its directory holds a checkpoint another config wrote, which resume=auto refuses to
     load (CheckpointError), as a stale directory would."""
-    root = tmp_path_factory.mktemp("seeds")
+    root = module_tmp("seeds")
     sweep_dir = root / "sweep"
     stale = sweep_dir / "5" / "checkpoints" / "step_00000001"
     stale.mkdir(parents=True)
@@ -123,12 +124,12 @@ def test_seeds_are_grouped_as_replicates(seed_sweep) -> None:
 
 
 @pytest.fixture(scope="module")
-def pruned_search(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def pruned_search(module_tmp: Callable[[str], Path]) -> dict:
     """The preset's TPE search, 6 trials over a learning rate that trains and one that
     diverges (lr=inf: its losses are NaN from the first epoch), 3 epochs each, the median
     pruner after one completed trial. Sampler seed 11 draws good, inf, inf, inf, good, good
     (Optuna 2.10's TPE on this choice)."""
-    root = tmp_path_factory.mktemp("pruned")
+    root = module_tmp("pruned")
     sweep_dir = root / "search"
     result = run_cli(
         [

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -341,10 +342,10 @@ SWEEP = ["-m", "optimizer.lr=0.001,0.002,0.003,0.004", *TINY, "trainer.max_steps
 
 
 @pytest.fixture(scope="module")
-def interrupted_sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def interrupted_sweep(module_tmp: Callable[[str], Path]) -> dict:
     """A 4-point local sweep stopped by Ctrl-C (SIGINT to its process group) during point
     1, after a second launch of it was refused; then the same command, which finishes it."""
-    root = tmp_path_factory.mktemp("sweep")
+    root = module_tmp("sweep")
     sweep = root / "sweep"
     args = [*SWEEP, f"hydra.sweep.dir={sweep}"]
     first = spawn(args, root, "first")

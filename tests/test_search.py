@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
@@ -59,10 +60,10 @@ def trial_lr(run_dir: Path) -> float:
 
 
 @pytest.fixture(scope="module")
-def resumed_search(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def resumed_search(module_tmp: Callable[[str], Path]) -> dict:
     """A search of 6 trials killed (its whole process group) while its 4th trial runs, then
     the same command again, in the same working directory: it finds the same sweep directory."""
-    root = tmp_path_factory.mktemp("search")
+    root = module_tmp("search")
     log = root / "killed.log"
     started = time.monotonic()
     with open(log, "w") as output:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -91,8 +92,8 @@ class Runs:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
-    return Runs(tmp_path_factory.mktemp("spikingjelly_loop"))
+def runs(module_tmp: Callable[[str], Path]) -> Runs:
+    return Runs(module_tmp("spikingjelly_loop"))
 
 
 def library_state(step_dir: Path, shard: str) -> dict:

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -26,9 +27,9 @@ matplotlib.use("Agg")
 
 
 @pytest.fixture(scope="module")
-def big_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def big_sweep(module_tmp: Callable[[str], Path]) -> Path:
     """1000 points: copies of a real run's records (no training), reported once."""
-    sweep = make_sweep(tmp_path_factory.mktemp("big") / "sweep", 1000, seed=3)
+    sweep = make_sweep(module_tmp("big") / "sweep", 1000, seed=3)
     write_report(sweep)
     return sweep
 

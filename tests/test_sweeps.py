@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,10 +35,10 @@ LR = {"0": 1e-3, "1": 3e-3, "2": 1e-3, "3": 3e-3}
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory: pytest.TempPathFactory, imagefolder_session: Path) -> dict:
+def sweep(module_tmp: Callable[[str], Path], imagefolder_session: Path) -> dict:
     """One sweep with points that fail at run time: their images are not images (a folder
     without classes would be refused before any point runs)."""
-    root = tmp_path_factory.mktemp("sweep")
+    root = module_tmp("sweep")
     broken = unreadable_imagefolder(root / "broken")
     args = [
         "-m",

@@ -15,6 +15,7 @@ What proves a topology, not just a few losses:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -119,8 +120,8 @@ def builder():
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
-    return Runs(tmp_path_factory.mktemp("topologies"))
+def runs(module_tmp: Callable[[str], Path]) -> Runs:
+    return Runs(module_tmp("topologies"))
 
 
 def assert_close(actual: list[float], expected: list[float], rel: float) -> None:
