@@ -166,6 +166,53 @@ def test_full_disk_mid_checkpoint_fails_in_one_line_and_the_same_command_resumes
     assert steps_of(run_dir) == [1, 2]
 
 
+def test_classic_trainer_on_a_full_disk_keeps_its_latest_checkpoint_whole(
+    small_disk, tmp_path: Path
+) -> None:
+    """trainer=classify writes three 128 MB files an epoch (checkpoint_<epoch>,
+    checkpoint_latest, checkpoint_max_test_acc1). A 500 MB disk holds epoch 0's three, not
+    epoch 1's checkpoint_1.pth: the Trainer's own torch.save would leave a cut-short
+    checkpoint_1.pth and a traceback. It fails in one line naming that file and its size,
+    nothing partial is left, epoch 0's checkpoint_latest.pth loads, and with space back the
+    same command resumes from it and completes."""
+    import torch
+
+    small_disk("500m")
+    run_dir = small_disk.path / "classify"
+    args = [
+        "trainer=classify",
+        "trainer.epochs=2",
+        "trainer.lr_scheduler=step",
+        "data=synthetic",
+        "data.train_size=16",
+        "data.val_size=8",
+        "model.time_steps=2",
+        "logger=none",
+        f"hydra.run.dir={run_dir}",
+    ]
+    full = run_cli(args, cwd=tmp_path)
+    assert full.returncode == 1, full.stderr[-3000:]
+    line = one_error_line(full.stderr, full.stdout)
+    assert "no space left on device writing" in line and "checkpoint_1.pth" in line, line
+    needed = int(line.split("it needed ")[1].split(" bytes")[0])
+    assert needed > 100 * 2**20, line  # the whole file, not what happened to fit
+    assert summary_of(run_dir)["status"] == "failed"
+    folder = run_dir / "checkpoints" / "pt" / "classify"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "checkpoint_0.pth",
+        "checkpoint_latest.pth",
+        "checkpoint_max_test_acc1.pth",
+    ]
+    latest = torch.load(folder / "checkpoint_latest.pth", map_location="cpu", weights_only=False)
+    assert latest["epoch"] == 0
+    small_disk.resize("1200m")
+    again = run_cli(args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    summary = summary_of(run_dir)
+    assert summary["status"] == "completed", summary
+    assert summary["resumed_from"].endswith("checkpoint_latest.pth"), summary
+
+
 @pytest.mark.gan
 def test_gan_checkpoint_on_a_full_disk_fails_in_one_line_and_resumes(
     small_disk, tmp_path: Path

@@ -21,7 +21,8 @@ every device a process that our launcher did not start as a rank runs alone, eve
 Slurm allocation (`_distributed_init`).
 
 Checkpoints are the Trainer's own: `<run>/checkpoints/pt/classify/checkpoint_latest.pth`
-(+ `checkpoint_<epoch>.pth`, `checkpoint_max_test_acc1.pth`); `load_checkpoint` reads one.
+(+ `checkpoint_<epoch>.pth`, `checkpoint_max_test_acc1.pth`), each written atomically
+(`_atomic_saves`: a full disk never cuts the previous one short); `load_checkpoint` reads one.
 """
 
 from __future__ import annotations
@@ -400,12 +401,36 @@ def _library_patches(device: str) -> Iterator[None]:
         torch.serialization.safe_globals([argparse.Namespace]),
         _multistep_sync_bn(),
         _distributed_init(device),
+        _atomic_saves(),
     ):
         if device != "cpu":
             yield
             return
         with _cpu_ranks():
             yield
+
+
+@contextlib.contextmanager
+def _atomic_saves() -> Iterator[None]:
+    """The Trainer's `utils.save_on_master` torch.saves in place: a full disk or quota mid-write
+    leaves checkpoint_latest.pth cut short, and that is the file the next resume reads. Here
+    the main process writes each one through `write_torch_atomic` (a temporary, fsync, rename;
+    NoSpaceError naming the bytes it needed), so the previous complete checkpoint stays."""
+    from spikingjelly.activation_based.examples.common.tv_ref_classify import utils
+
+    from experiments.run.record import write_torch_atomic
+
+    original_save = utils.save_on_master
+
+    def save_on_master(state: Any, path: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
+        if utils.is_main_process():
+            write_torch_atomic(state, Path(path))
+
+    utils.save_on_master = save_on_master
+    try:
+        yield
+    finally:
+        utils.save_on_master = original_save
 
 
 @contextlib.contextmanager
