@@ -15,8 +15,10 @@ import fcntl
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -318,6 +320,25 @@ def module_tmp(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixture
     if request.session.testsfailed == failed_before:
         for path in made:
             shutil.rmtree(path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- Slurm jobs
+
+
+def job_state(job: str) -> str:
+    """The Slurm job's state as squeue shows it ('' once it left the queue)."""
+    out = processes.run(["squeue", "-h", "-j", job, "-o", "%T"], timeout=30).stdout
+    return out.strip()
+
+
+def start_now_when_pending(job: str, proc: subprocess.Popen, deadline: float) -> None:
+    """A requeued job waits for its BeginTime (the test cluster's 20 s credential expiry):
+    once it is pending again, let it start now. The requeue path itself is unchanged."""
+    while time.time() < deadline and proc.poll() is None:
+        if job_state(job) == "PENDING":
+            processes.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], timeout=30)
+            return
+        time.sleep(0.3)
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -25,7 +25,7 @@ import torch
 from experiments.errors import ConfigError
 from experiments.gan import ddp as gan_ddp
 
-from .conftest import CLI, REPO, cli_env, plan_for, read_jsonl, run_cli
+from .conftest import CLI, REPO, cli_env, plan_for, read_jsonl, run_cli, start_now_when_pending
 from .recorded_data import read_indices
 from .support import processes
 
@@ -283,6 +283,7 @@ def test_slurm_requeue_resumes_a_two_task_gan_job_at_the_stopped_iteration(
     job = _summary(run_dir)["slurm"]["job_id"]
     requeue = processes.run(["scontrol", "requeue", job], timeout=30)
     assert requeue.returncode == 0, requeue.stderr
+    start_now_when_pending(job, proc, time.time() + 120)  # not the test cluster's 20 s BeginTime
     assert proc.wait(timeout=400) == 0, login.read_text()[-3000:]
 
     said = [

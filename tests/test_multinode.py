@@ -21,7 +21,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import CLI, REPO, SLURM_NODES, cli_env, on_python_path, read_jsonl, run_cli
+from .conftest import (
+    CLI,
+    REPO,
+    SLURM_NODES,
+    cli_env,
+    on_python_path,
+    read_jsonl,
+    run_cli,
+    start_now_when_pending,
+)
 from .support import processes
 from .test_gan import TINY as GAN_TINY
 
@@ -152,21 +161,6 @@ def slurm_run(tmp_path: Path, args: list[str], **kwargs) -> tuple[Path, object]:
 
 def placements(run_dir: Path) -> list[dict]:
     return sorted(summary(run_dir)["ranks"], key=lambda r: r["rank"])
-
-
-def job_state(job: str) -> str:
-    out = processes.run(["squeue", "-h", "-j", job, "-o", "%T"], timeout=30).stdout
-    return out.strip()
-
-
-def start_now_when_pending(job: str, proc: subprocess.Popen, deadline: float) -> None:
-    """A requeued job waits for its BeginTime (the test cluster's 20 s credential expiry):
-    once it is pending again, let it start now. The requeue path itself is unchanged."""
-    while time.time() < deadline and proc.poll() is None:
-        if job_state(job) == "PENDING":
-            processes.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], timeout=30)
-            return
-        time.sleep(0.3)
 
 
 def _where_the_job_stands(job: str, sweep: Path) -> str:
@@ -308,7 +302,8 @@ def test_time_limit_checkpoints_requeues_and_ends_interrupted_after_the_last_req
         proc = processes.spawn(
             [CLI, *args, f"hydra.sweep.dir={sweep}"],
             cwd=tmp_path,
-            env=cli_env(),
+            # Training only fills the time until Slurm's signal: at a fraction of the CPU.
+            env=cli_env({"PYTHONPATH": on_python_path(SITE), "EXPERIMENTS_TEST_STEP_SLEEP": "0.5"}),
             stdout=stdout,
             stderr=stderr,
         )

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import CLI, cli_env, read_jsonl, run_cli, unreadable_imagefolder
+from .conftest import (
+    CLI,
+    cli_env,
+    read_jsonl,
+    run_cli,
+    start_now_when_pending,
+    unreadable_imagefolder,
+)
 from .support import processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
@@ -132,6 +139,7 @@ def test_requeue_mid_training_resumes_and_loses_no_step(slurm_cluster, tmp_path:
     job = summary(sweep / "0")["slurm"]["job_id"]
     requeue = processes.run(["scontrol", "requeue", job], timeout=30)
     assert requeue.returncode == 0, requeue.stderr
+    start_now_when_pending(job, proc, time.time() + 120)  # not the test cluster's 20 s BeginTime
     proc.wait(timeout=300)
     assert proc.returncode == 0, log.read_text()[-3000:]
     record = summary(sweep / "0")

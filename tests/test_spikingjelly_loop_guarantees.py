@@ -17,7 +17,16 @@ import pytest
 
 from experiments.errors import ConfigError
 
-from .conftest import CLI, cli_env, compose_run, plan_for, read_jsonl, run_cli, run_tool
+from .conftest import (
+    CLI,
+    cli_env,
+    compose_run,
+    plan_for,
+    read_jsonl,
+    run_cli,
+    run_tool,
+    start_now_when_pending,
+)
 from .support import processes
 from .test_spikingjelly_loop import python_path
 
@@ -224,6 +233,7 @@ def test_requeue_stops_at_the_signal_step_and_resumes_on_the_same_trajectory(
     job = summary(sweep / "0")["slurm"]["job_id"]
     requeue = processes.run(["scontrol", "requeue", job], timeout=30)
     assert requeue.returncode == 0, requeue.stderr
+    start_now_when_pending(job, proc, time.time() + 120)  # not the test cluster's 20 s BeginTime
     proc.wait(timeout=300)
     assert proc.returncode == 0, log.read_text()[-3000:]
     record = summary(sweep / "0")

@@ -9,7 +9,7 @@ import torch
 
 from experiments.errors import ConfigError
 from experiments.launchers.child import run_dir_overrides
-from experiments.validation import integer
+from experiments.validation import integer, positive_number
 
 # For torchrun itself: a rendezvous store per restart round instead of one shared by all rounds
 # (see distributed_env.init_process_group for why).
@@ -29,7 +29,7 @@ def has_cuda(launcher: dict) -> bool:
 def validate(launcher: dict) -> None:
     integer(launcher.get("max_restarts"), "launcher.max_restarts", minimum=0)
     integer(launcher.get("node_rank"), "launcher.node_rank", minimum=0)
-    integer(launcher.get("monitor_interval"), "launcher.monitor_interval", minimum=1)
+    positive_number(launcher.get("monitor_interval"), "launcher.monitor_interval")
     if launcher["nnodes"] > 1 and not launcher.get("rdzv_endpoint"):
         raise ConfigError(
             "launcher.rdzv_endpoint",

@@ -26,6 +26,10 @@ fails mid-run, e.g. its disk gone): the run must drop that tracker and go on.
 EXPERIMENTS_TEST_RECORD_READS=DIR: every index a DataLoader reads from a map-style dataset
 (torch's own fetcher, in the process or its loader workers) is appended to DIR/rank<RANK>.txt:
 what each rank read, whatever the dataset (MMGen's image folders included).
+
+EXPERIMENTS_TEST_STEP_SLEEP=S: every optimizer step sleeps S seconds after it (a global torch
+optimizer hook): a run that a test only needs to keep going until a signal or a time limit
+arrives leaves the CPU to the rest of the suite instead of training flat out.
 """
 
 import os
@@ -218,3 +222,18 @@ def _fail_csv_log(call: int) -> None:
 
 if _FAIL_CSV_LOG:
     _fail_csv_log(int(_FAIL_CSV_LOG))
+
+
+_STEP_SLEEP = os.environ.get("EXPERIMENTS_TEST_STEP_SLEEP")
+
+
+def _step_sleep(seconds: float) -> None:
+    import time
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(lambda *_: time.sleep(seconds))
+
+
+if _STEP_SLEEP:
+    _step_sleep(float(_STEP_SLEEP))
