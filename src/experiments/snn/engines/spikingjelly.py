@@ -205,8 +205,13 @@ def train(plan: RunPlan, recorder: RunRecorder) -> dict[str, Any]:
             from experiments.snn.engines.spikingjelly_cpu import cpu_mapping
 
             mapping = cpu_mapping()
-        with mapping, hooks.installed(training), _library_log(recorder, hooks):
-            result = training.train_classification(hooks.config)
+        try:
+            with mapping, hooks.installed(training), _library_log(recorder, hooks):
+                result = training.train_classification(hooks.config)
+        except BaseException:  # DCP's CheckpointException too
+            if hooks.full is not None:  # not the writer's error its clean-up raised again
+                raise hooks.full from None
+            raise
         hooks.prune()
         if hooks.ranks is not None:
             recorder.summary["ranks"] = hooks.ranks

@@ -7,7 +7,10 @@ lives apart from all three (the engine and its hook would otherwise import each 
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
+
+from experiments.run.record import NoSpaceError, free_bytes, no_space
 
 STEP_FOLDER = re.compile(r"^step_(\d+)$")
 
@@ -54,3 +57,28 @@ def scan_checkpoints(root: Path, shards: int) -> tuple[list[Path], list[tuple[Pa
 def newest_spikingjelly_checkpoint(root: Path, shards: int = 1) -> Path | None:
     complete, _ = scan_checkpoints(root, shards)
     return complete[0] if complete else None
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def no_space_in_save(error: BaseException, path: Path, shards: int) -> NoSpaceError | None:
+    """The NoSpaceError behind a failed save of `path` (a `step_N/` folder), or None when the
+    failure is something else. torch's DCP writer may hide the errno (its zip writer reports
+    only "unexpected pos"): then it is a full disk if the checkpoint cannot fit in what is free
+    once its cut-short copy is gone. Rank 0 removes that copy (after every rank's writer
+    finished: the library's `_finish_checkpoint` all-reduces first)."""
+    import torch.distributed as dist
+
+    path = Path(path)
+    cause = no_space(error)
+    written = _folder_bytes(path) if path.exists() else 0
+    if dist.get_rank() == 0:
+        shutil.rmtree(path, ignore_errors=True)
+    complete, _ = scan_checkpoints(path.parent, shards)
+    needed = max([written, *(_folder_bytes(folder) for folder in complete[:1])])
+    free = free_bytes(path.parent)
+    if cause is None and (free is None or needed <= free):
+        return None
+    return NoSpaceError(path, needed, cause, at_least=True)  # cause: ENOSPC or EDQUOT

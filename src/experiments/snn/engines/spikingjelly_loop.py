@@ -18,7 +18,9 @@ with the loop's frame. The hook reads the step's locals (`global_step`, `loss`, 
   a config whose `checkpoint_interval` answers 1 for that step (`_live_config`); at a stop,
   `max_steps` answers 0 so the loop breaks right after the save, and its end-of-epoch
   validation is skipped (`_evaluate*` answer NaN; that line is not recorded);
-- keep_checkpoints: rank 0 removes complete checkpoints beyond the newest N.
+- keep_checkpoints: rank 0 removes complete checkpoints beyond the newest N;
+- a checkpoint write that runs out of space or quota ends the run in one line
+  (NoSpaceError), its cut-short `step_N/` removed (`_space_checked`).
 
 A stop therefore loses nothing: the checkpoint is of the step during which the signal came.
 """
@@ -44,6 +46,7 @@ from experiments.snn.plan import RunPlan
 
 log = logging.getLogger(__name__)
 NEVER = 2**62  # a checkpoint interval no run reaches: the library keeps its checkpoint groups
+_SAVES = ("_save_checkpoint", "_finish_checkpoint")
 
 
 class LoopHooks:
@@ -74,6 +77,7 @@ class LoopHooks:
         self.last_loss = math.nan
         self.optimizer: Any = None
         self.ranks: list[dict[str, Any]] | None = None
+        self.full: Exception | None = None  # a checkpoint write that ran out of space
         self._started = time.perf_counter()
         self._timed = 0.0
 
@@ -95,19 +99,52 @@ class LoopHooks:
 
         on_cpu = self.plan.device == "cpu"
         cuda = _HookedCuda(CudaOnCPU() if on_cpu else torch.cuda, self)
-        saved = {
-            name: getattr(training, name)
-            for name in ("torch", "dist", "_evaluate", "_evaluate_pipeline")
-        }
+        names = ("torch", "dist", "_evaluate", "_evaluate_pipeline")
+        saved = {name: getattr(training, name) for name in (*names, *_SAVES)}
         training.torch = view_of_torch(cuda, on_cpu)
         training.dist = DistView()
         training._evaluate = self._skipped_when_stopping(saved["_evaluate"])
         training._evaluate_pipeline = self._skipped_when_stopping(saved["_evaluate_pipeline"])
+        training._save_checkpoint, training._finish_checkpoint = self._space_checked(
+            saved["_save_checkpoint"], saved["_finish_checkpoint"]
+        )
         try:
             yield
         finally:
             for name, value in saved.items():
                 setattr(training, name, value)
+
+    def _space_checked(self, save: Any, finish: Any) -> tuple[Any, Any]:
+        """The library's checkpoint save (it starts DCP's async_save into `step_N/`) and the
+        wait for it: a write that failed for lack of space or quota becomes NoSpaceError
+        (one line, no traceback), its cut-short `step_N/` removed so that the records can
+        still be written; the newest complete checkpoint stays what resume=auto reads."""
+        from experiments.snn.engines.spikingjelly_checkpoints import no_space_in_save
+
+        saving: list[Any] = [None]
+
+        def save_checkpoint(path: Any, *args: Any, **kwargs: Any) -> Any:
+            saving[0] = path
+            return save(path, *args, **kwargs)
+
+        def finish_checkpoint(*args: Any, **kwargs: Any) -> None:
+            try:
+                finish(*args, **kwargs)
+            except (
+                Exception,
+                BaseException,
+            ) as error:  # DCP's CheckpointException is a BaseException
+                if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                    raise
+                dims = self.plan.dims
+                shards = dims.pipeline_parallel_size * dims.tensor_parallel_size
+                full = no_space_in_save(error, saving[0], shards) if saving[0] else None
+                if full is None:
+                    raise
+                self.full = full  # the loop's clean-up raises the writer's error again
+                raise full from None
+
+        return save_checkpoint, finish_checkpoint
 
     def _skipped_when_stopping(self, evaluate: Any) -> Any:
         def evaluate_unless_stopping(*args: Any, **kwargs: Any) -> tuple[float, float]:
