@@ -479,6 +479,56 @@ def test_ctrl_c_stops_a_local_sweep_and_the_same_command_finishes_it(interrupted
     assert resumed["resumes"] == 1 and "step_0000000" in resumed["resumed_from"]
 
 
+@pytest.mark.gan
+def test_ctrl_c_stops_a_local_gan_sweep_at_a_checkpoint_and_starts_no_queued_point(
+    tmp_path: Path,
+) -> None:
+    """The same Ctrl-C on a sweep of GAN points: MMGen's loop stops at an iteration boundary
+    (our stop hook), saves that iteration's checkpoint, the point ends `interrupted` naming
+    SIGINT, the queued point never starts, the login exits 130 and says how to continue.
+    (The continuation itself is the launcher's, family-blind: the SNN test above.)"""
+    pytest.importorskip("mmgen", reason="needs MMGeneration (make setup-gan)")
+    sweep = tmp_path / "sweep"
+    args = [
+        "-m",
+        "model=dcgan",
+        "seed=1,2",
+        "++model.iters=400",
+        "++model.batch_size=8",
+        "++model.log_interval=1",
+        "++model.checkpoint_interval=1000",
+        "++model.sample_interval=1000",
+        "++model.eval_images=0",
+        "logger=none",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    login = spawn(args, tmp_path, "gan")
+    metrics = sweep / "0" / "metrics.jsonl"
+    wait_until(
+        lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 2,
+        login,
+        "point 0's second iteration",
+    )
+    os.killpg(login.pid, signal.SIGINT)
+    code = login.wait(timeout=240)
+    stderr = (tmp_path / "gan.err").read_text()
+    assert code == 130, stderr[-3000:]
+    point = summary_of(sweep / "0")
+    assert point["status"] == "interrupted" and "SIGINT" in point["interrupted"], point
+    said = [
+        line
+        for line in (sweep / "0" / "train_rank0.log").read_text().splitlines()
+        if "stopping at iteration" in line
+    ]
+    assert len(said) == 1 and "on signal SIGINT; checkpoint saved" in said[0], said
+    stopped = int(said[0].split("stopping at iteration ")[1].split()[0])
+    assert 2 <= stopped < 400
+    checkpoints = next((sweep / "0" / "ckpt").iterdir())
+    assert (checkpoints / f"iter_{stopped}.pth").is_file()
+    assert not (sweep / "1").exists(), "a queued point started after Ctrl-C"
+    assert "The same command continues the sweep" in stderr, stderr[-2000:]
+
+
 def test_broken_records_are_a_points_problem_and_resume_rebuilds_them(interrupted_sweep) -> None:
     """Point 0's summary.json and steps.jsonl cut short, point 2's metrics.jsonl cut
     mid-line, point 3's summary from a newer version: experiments-report lists every point,
