@@ -561,6 +561,20 @@ def test_broken_records_are_a_points_problem_and_resume_rebuilds_them(interrupte
     assert "point 3: written by experiments 9.9.9 (record format 99)" in problems[2], problems
     table = (sweep / "report.csv").read_text().splitlines()
     assert len(table) == 5 and "unreadable" in table[1] and "completed" in table[3], table
+    status = subprocess.run(
+        [str(Path(CLI).parent / "experiments-status"), str(sweep)],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=120,
+    )
+    assert status.returncode == 0 and "Traceback" not in status.stderr, status.stderr
+    rows = {line.split()[0]: line for line in status.stdout.splitlines()[1:5]}
+    assert rows["0"].split()[1] == "unreadable" and "summary.json invalid JSON" in rows["0"]
+    assert rows["1"].split()[1] == "completed" and "val_accuracy=" in rows["1"], rows
+    assert "metrics.jsonl: line 1 not a JSON record" in rows["2"], rows
+    assert rows["3"].split()[1] == "unreadable" and "written by experiments 9.9.9" in rows["3"]
+    assert status.stdout.splitlines()[-1] == "4 point(s): 2 completed, 2 unreadable", status.stdout
     again = run_cli(s["args"], cwd=s["root"])
     assert again.returncode == 1, again.stderr[-3000:]  # point 3 was refused
     refusal = f"error: run directory {sweep / '3'} was written by experiments 9.9.9"

@@ -1,0 +1,72 @@
+"""experiments-status: one table of where each point stands, read from the run directories.
+
+The runs here are records written as our runs write them (summary.json, steps.jsonl,
+metrics.jsonl); test_robustness.py runs the command on a real interrupted-then-broken sweep.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments import status
+
+
+def _point(root: Path, name: str, summary: dict, steps: list[dict] = (), epochs: list[dict] = ()):
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"record_format": 1, **summary}))
+    (run / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in epochs))
+    return run
+
+
+def test_each_state_with_its_progress_loss_objective_or_error(tmp_path: Path, capsys) -> None:
+    sweep = tmp_path / "sweep"
+    _point(sweep, "0", {"status": "completed", "engine": "cpu", "metrics": {"val_accuracy": 0.9}},
+           [{"step": 8, "loss": 0.31}], [{"epoch": 2, "val_accuracy": 0.9}])  # fmt: skip
+    _point(sweep, "1", {"status": "running", "engine": "cpu"}, [{"step": 3, "loss": 1.25}])
+    _point(sweep, "2", {"status": "failed", "engine": "cpu", "error": "RuntimeError: boom\nmore"})
+    _point(sweep, "3", {"status": "interrupted", "engine": "mmgen", "interrupted": "SIGTERM"},
+           epochs=[{"step": 40, "loss_gen": 2.5}])  # fmt: skip
+    _point(sweep, "10", {"status": "completed", "engine": "mmgen", "metrics": {"swd": 12.5}})
+    status.main([str(sweep)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["point", "state", "progress", "last", "loss", "objective", "note"]
+    rows = {line.split()[0]: line for line in lines[1:-1]}
+    assert list(rows) == ["0", "1", "2", "3", "10"]  # numerically ordered
+    assert rows["0"].split()[1:] == ["completed", "step", "8", "epoch", "2", "0.31",
+                                     "val_accuracy=0.9"]  # fmt: skip
+    assert rows["1"].split()[1:] == ["running", "step", "3", "1.25"]
+    assert rows["2"].split()[1] == "failed" and rows["2"].endswith("RuntimeError: boom")
+    assert rows["3"].split()[1:] == ["interrupted", "step", "40", "2.5", "SIGTERM"]
+    assert rows["10"].split()[1:] == ["completed", "swd=12.5"]  # a GAN's objective
+    assert lines[-1] == "5 point(s): 2 completed, 1 failed, 1 interrupted, 1 running"
+
+
+def test_one_run_directory_is_one_row(tmp_path: Path, capsys) -> None:
+    run = _point(tmp_path, "run", {"status": "completed", "metrics": {"val_accuracy": 0.5}})
+    status.main([str(run)])
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[:2] == ["run", "completed"] and out[-1] == "1 point(s): 1 completed"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["{tmp}/missing"], "no such directory"),
+        (["{tmp}"], "is neither a sweep directory (no 0/, 1/, ...) nor a run directory"),
+        (["{sweep}", "--watch", "0"], "--watch 0.0: a number of seconds > 0"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys, args, said) -> None:
+    _point(tmp_path / "sweep", "0", {"status": "running"})
+    (tmp_path / "empty").mkdir()
+    values = {"tmp": tmp_path / "empty", "sweep": tmp_path / "sweep"}
+    with pytest.raises(SystemExit) as exit_:
+        status.main([a.format(**values) for a in args])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err, err
