@@ -130,10 +130,7 @@ class LoopHooks:
         def finish_checkpoint(*args: Any, **kwargs: Any) -> None:
             try:
                 finish(*args, **kwargs)
-            except (
-                Exception,
-                BaseException,
-            ) as error:  # DCP's CheckpointException is a BaseException
+            except BaseException as error:  # DCP's CheckpointException is one
                 if isinstance(error, (KeyboardInterrupt, SystemExit)):
                     raise
                 dims = self.plan.dims
