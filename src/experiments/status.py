@@ -69,8 +69,10 @@ def _squeue(job_ids: list[str]) -> dict[str, tuple[str, str]]:
     return found
 
 
-def point_row(run_dir: Path, queue: dict[str, tuple[str, str]]) -> dict[str, str]:
-    found = read_records(run_dir)
+def point_row(
+    run_dir: Path, found: dict[str, Any], queue: dict[str, tuple[str, str]]
+) -> dict[str, str]:
+    """One point's row from its records (`read_records`) and Slurm's queue."""
     summary = found["summary"] or {}
     state = summary.get("status", "unreadable" if found["problems"] else "starting")
     if any(problem.startswith("written by") for problem in found["problems"]):
@@ -112,15 +114,15 @@ def point_row(run_dir: Path, queue: dict[str, tuple[str, str]]) -> dict[str, str
 
 
 def table(path: Path) -> str:
-    dirs = point_dirs(path)
+    records = {run_dir: read_records(run_dir) for run_dir in point_dirs(path)}
     jobs = []
-    for run_dir in dirs:
-        summary = read_records(run_dir, logs=False)["summary"] or {}
+    for found in records.values():
+        summary = found["summary"] or {}
         job = (summary.get("slurm") or {}).get("job_id")
         if job and summary.get("status") in QUEUED:
             jobs.append(str(job))
-    queue = _squeue(jobs)
-    rows = [point_row(run_dir, queue) for run_dir in dirs]
+    queue = _squeue(jobs)  # one squeue call for the whole table
+    rows = [point_row(run_dir, found, queue) for run_dir, found in records.items()]
     widths = {c: max([len(c), *(len(r[c]) for r in rows)]) for c in COLUMNS[:-1]}
     lines = ["  ".join(c.ljust(widths.get(c, 0)) for c in COLUMNS).rstrip()]
     for row in rows:
