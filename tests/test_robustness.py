@@ -136,6 +136,20 @@ def small_disk(tmp_path: Path):
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 
+def stopped_for_space(args: list[str], cwd: Path) -> str:
+    """The run's one error line: it exited 1, no traceback on either stream."""
+    full = run_cli(args, cwd=cwd)
+    assert full.returncode == 1, full.stderr[-3000:]
+    return one_error_line(full.stderr, full.stdout)
+
+
+def resumed_with_space(small_disk, size: str, args: list[str], cwd: Path) -> None:
+    """Space back (the tmpfs grown to `size`): the same command exits 0."""
+    small_disk.resize(size)
+    again = run_cli(args, cwd=cwd)
+    assert again.returncode == 0, again.stderr[-3000:]
+
+
 def test_full_disk_mid_checkpoint_fails_in_one_line_and_the_same_command_resumes(
     small_disk, tmp_path: Path
 ) -> None:
@@ -146,9 +160,7 @@ def test_full_disk_mid_checkpoint_fails_in_one_line_and_the_same_command_resumes
     small_disk("200m")
     run_dir = small_disk.path / "run"
     args = [*TINY, "trainer.max_steps=2", f"hydra.run.dir={run_dir}"]
-    full = run_cli(args, cwd=tmp_path)
-    assert full.returncode == 1, full.stderr[-3000:]
-    line = one_error_line(full.stderr, full.stdout)
+    line = stopped_for_space(args, tmp_path)
     assert "no space left on device writing" in line and "pp_0000_tp_0000.pt" in line, line
     needed = int(line.split("it needed ")[1].split(" bytes")[0])
     assert needed > 100 * 2**20, line  # the whole shard, not what happened to fit
@@ -157,9 +169,7 @@ def test_full_disk_mid_checkpoint_fails_in_one_line_and_the_same_command_resumes
     assert [p.name for p in (run_dir / "checkpoints").glob("step_*")] == ["step_00000001"]
     assert steps_of(run_dir) == [1, 2]
     assert not list(run_dir.rglob("*.tmp")), "a temporary of the failed write was left"
-    small_disk.resize("400m")
-    again = run_cli(args, cwd=tmp_path)
-    assert again.returncode == 0, again.stderr[-3000:]
+    resumed_with_space(small_disk, "400m", args, tmp_path)
     summary = summary_of(run_dir)
     assert summary["status"] == "completed"
     assert summary["resumed_from"].endswith("step_00000001")
@@ -183,18 +193,14 @@ def test_spikingjellys_loop_on_a_full_disk_fails_in_one_line_and_resumes(
         "trainer.max_steps=2",
         f"hydra.run.dir={run_dir}",
     ]
-    full = run_cli(args, cwd=tmp_path)
-    assert full.returncode == 1, full.stderr[-3000:]
-    line = one_error_line(full.stderr, full.stdout)
+    line = stopped_for_space(args, tmp_path)
     assert "no space left on device writing" in line, line
     summary = summary_of(run_dir)
     assert summary["status"] == "failed" and "no space left" in summary["error"], summary
     assert "step_00000002 (it needed at least" in line, line
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step_00000001"]
     assert steps_of(run_dir) == [1, 2]
-    small_disk.resize("400m")
-    again = run_cli(args, cwd=tmp_path)
-    assert again.returncode == 0, again.stderr[-3000:]
+    resumed_with_space(small_disk, "400m", args, tmp_path)
     summary = summary_of(run_dir)
     assert summary["status"] == "completed", summary
     assert summary["resumed_from"].endswith("step_00000001"), summary
@@ -225,9 +231,7 @@ def test_classic_trainer_on_a_full_disk_keeps_its_latest_checkpoint_whole(
         "logger=none",
         f"hydra.run.dir={run_dir}",
     ]
-    full = run_cli(args, cwd=tmp_path)
-    assert full.returncode == 1, full.stderr[-3000:]
-    line = one_error_line(full.stderr, full.stdout)
+    line = stopped_for_space(args, tmp_path)
     assert "no space left on device writing" in line and "checkpoint_1.pth" in line, line
     needed = int(line.split("it needed ")[1].split(" bytes")[0])
     assert needed > 100 * 2**20, line  # the whole file, not what happened to fit
@@ -240,9 +244,7 @@ def test_classic_trainer_on_a_full_disk_keeps_its_latest_checkpoint_whole(
     ]
     latest = torch.load(folder / "checkpoint_latest.pth", map_location="cpu", weights_only=False)
     assert latest["epoch"] == 0
-    small_disk.resize("1200m")
-    again = run_cli(args, cwd=tmp_path)
-    assert again.returncode == 0, again.stderr[-3000:]
+    resumed_with_space(small_disk, "1200m", args, tmp_path)
     summary = summary_of(run_dir)
     assert summary["status"] == "completed", summary
     assert summary["resumed_from"].endswith("checkpoint_latest.pth"), summary
@@ -269,9 +271,7 @@ def test_gan_checkpoint_on_a_full_disk_fails_in_one_line_and_resumes(
         "model.eval_images=64",
         f"hydra.run.dir={run_dir}",
     ]
-    full = run_cli(args, cwd=tmp_path)
-    assert full.returncode == 1, full.stderr[-3000:]
-    line = one_error_line(full.stderr, full.stdout)
+    line = stopped_for_space(args, tmp_path)
     assert "no space left on device writing" in line and "iter_4.pth (it needed at least" in line
     assert summary_of(run_dir)["status"] == "failed"
     checkpoints = next((run_dir / "ckpt").iterdir())
@@ -279,9 +279,7 @@ def test_gan_checkpoint_on_a_full_disk_fails_in_one_line_and_resumes(
         "iter_2.pth",
         "latest.pth",
     ], list(checkpoints.iterdir())
-    small_disk.resize("40m")
-    again = run_cli(args, cwd=tmp_path)
-    assert again.returncode == 0, again.stderr[-3000:]
+    resumed_with_space(small_disk, "40m", args, tmp_path)
     summary = summary_of(run_dir)
     assert summary["status"] == "completed" and summary["start_checkpoint"].endswith("iter_2.pth")
 
