@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from experiments import distributed_env
-from experiments.run.record import RunRecorder
+from experiments.run.record import NoSpaceError, RunRecorder
 from experiments.run.stop import GracefulStop
 from experiments.snn.engines.spikingjelly_checkpoints import checkpoint_step, scan_checkpoints
 from experiments.snn.plan import RunPlan
@@ -137,19 +137,26 @@ def _metrics_sink(recorder: RunRecorder, hooks: Any) -> Any:
             return
         if hooks.stopping:
             return
-        recorder.log_metrics(
-            {
-                "step": value["optimizer_step"],
-                "epoch": value["epoch"],
-                # the library's: the epoch's sample-weighted mean over all data-parallel ranks
-                "train_loss": value["train_loss"],
-                "val_loss": value["validation_loss"],
-                "val_accuracy": value["validation_accuracy"],
-                "lr": hooks.learning_rate(),
-            }
-        )
+        try:
+            _log_epoch(recorder, hooks, value)
+        except NoSpaceError as error:  # loguru would print a traceback and go on
+            hooks.full = hooks.full or error  # the engine ends the run with it, in one line
 
     return sink
+
+
+def _log_epoch(recorder: RunRecorder, hooks: Any, value: dict[str, Any]) -> None:
+    recorder.log_metrics(
+        {
+            "step": value["optimizer_step"],
+            "epoch": value["epoch"],
+            # the library's: the epoch's sample-weighted mean over all data-parallel ranks
+            "train_loss": value["train_loss"],
+            "val_loss": value["validation_loss"],
+            "val_accuracy": value["validation_accuracy"],
+            "lr": hooks.learning_rate(),
+        }
+    )
 
 
 @contextlib.contextmanager
@@ -212,6 +219,8 @@ def train(plan: RunPlan, recorder: RunRecorder) -> dict[str, Any]:
             if hooks.full is not None:  # not the writer's error its clean-up raised again
                 raise hooks.full from None
             raise
+        if hooks.full is not None:  # an epoch's record did not fit (the loop went on)
+            raise hooks.full
         hooks.prune()
         if hooks.ranks is not None:
             recorder.summary["ranks"] = hooks.ranks
