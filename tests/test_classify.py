@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from experiments.errors import ConfigError
+from experiments.snn import classify_plan
 from experiments.snn.engines import classify
 from experiments.snn.models import build_single_process_model
 
@@ -112,9 +113,9 @@ def test_a_classify_run_keeps_the_run_directory_contract(tiny_run: Path) -> None
     assert [(r["epoch"], r["step"]) for r in records] == [(1, 2)]
     assert records[0]["val_accuracy"] == metrics["val_accuracy"]
 
-    latest = classify.checkpoint_dir(tiny_run) / classify.LATEST
+    latest = classify_plan.checkpoint_dir(tiny_run) / classify_plan.LATEST
     assert latest.is_file()
-    state, step = classify.load_checkpoint(tiny_run)
+    state, step = classify_plan.load_checkpoint(tiny_run)
     assert step == 2
     # The checkpoint is the model that was evaluated last: rebuilt from the config alone,
     # it scores the recorded val_accuracy (readout: mean over T of [T, N, classes]).
@@ -143,13 +144,13 @@ def test_more_epochs_resume_through_the_trainers_resume(tiny_run: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     summary = _summary(tiny_run)
     assert summary["status"] == "completed" and summary["resumes"] == 1
-    assert summary["resumed_from"].endswith(f"pt/classify/{classify.LATEST}")
+    assert summary["resumed_from"].endswith(f"pt/classify/{classify_plan.LATEST}")
     assert summary["metrics"]["steps"] == 4
     records = read_jsonl(tiny_run / "metrics.jsonl")
     # epoch 1 was not trained again: its record is the first run's, epoch 2 follows it
     assert records[0] == before[0]
     assert [(r["epoch"], r["step"]) for r in records] == [(1, 2), (2, 4)]
-    _, step = classify.load_checkpoint(tiny_run)
+    _, step = classify_plan.load_checkpoint(tiny_run)
     assert step == 4
 
 
@@ -181,7 +182,7 @@ def test_ddp_on_two_gloo_ranks_keeps_the_replicas_equal(tmp_path: Path) -> None:
     # two replicas' parameters identical. That holds trivially for replicas that never move:
     # the step moved every parameter away from the untrained model first.
     assert metrics["replica_max_diff"] == 0.0
-    state, _ = classify.load_checkpoint(run_dir)
+    state, _ = classify_plan.load_checkpoint(run_dir)
     untrained = _untrained(plan_for(overrides))
     assert len(_moved(state, untrained)) == len(list(untrained.parameters()))
     assert len(read_jsonl(run_dir / "metrics.jsonl")) == 1
@@ -247,7 +248,7 @@ def test_the_trainers_arguments_come_from_our_groups() -> None:
             "trainer.lr_warmup_epochs=1",
         ]
     )
-    args = classify.parse_arguments(plan.trainer_args)
+    args = classify_plan.parse_arguments(plan.trainer_args)
     assert (args.opt, args.lr, args.momentum) == ("sgd", 0.05, 0.9)
     assert (args.label_smoothing, args.mixup_alpha, args.cutmix_alpha) == (0.2, 0.2, 0.0)
     assert args.model_ema and args.clip_grad_norm == 1.0 and args.lr_warmup_epochs == 1

@@ -193,6 +193,7 @@ def test_classify_amp_branch_rehearsed_on_cpu(tmp_path, monkeypatch):
     GradScaler) in this test process; planning refuses amp on CPU, so the plan is the fp32
     one with the Trainer's --disable-amp taken out."""
     from experiments.run.record import RunRecorder
+    from experiments.snn import classify_plan
     from experiments.snn.engines import classify
 
     def cpu_autocast(enabled: bool = True, **kwargs):
@@ -213,9 +214,9 @@ def test_classify_amp_branch_rehearsed_on_cpu(tmp_path, monkeypatch):
         return classify.train(plan, recorder)
 
     first = train(1)
-    saved = classify._torch_load(classify.checkpoint_dir(run_dir) / classify.LATEST)
+    saved = classify_plan._torch_load(classify_plan.checkpoint_dir(run_dir) / classify_plan.LATEST)
     assert saved["scaler"]["_growth_tracker"] == first["steps"] == 2  # update() every step
     second = train(2)  # resumes: the scaler's state comes back, then two more updates
-    saved = classify._torch_load(classify.checkpoint_dir(run_dir) / classify.LATEST)
+    saved = classify_plan._torch_load(classify_plan.checkpoint_dir(run_dir) / classify_plan.LATEST)
     assert (saved["epoch"], second["steps"]) == (1, 4)
     assert saved["scaler"]["_growth_tracker"] == 4

@@ -263,7 +263,7 @@ def test_quality_is_seeded_and_leaves_the_training_draws_unchanged() -> None:
     from mmgen.datasets import build_dataset
 
     from experiments.data.image_files import ensure_digits_pngs
-    from experiments.gan.engine import quality
+    from experiments.gan.quality import quality
     from experiments.gan.recipes import build_model
 
     plan = plan_for(["model=dcgan", "model.eval_images=16"])

@@ -186,7 +186,7 @@ def test_static_ddp_ranks_killed_mid_checkpoint_restart_in_step_from_the_newest_
 
 @pytest.mark.slow
 def test_a_checkpoint_write_killed_midway_leaves_no_truncated_checkpoint(tmp_path: Path) -> None:
-    from experiments.gan.engine import latest_checkpoint
+    from experiments.gan.checkpoints import latest_checkpoint
 
     run_dir = tmp_path / "run"
     result = _run(

@@ -276,8 +276,8 @@ def test_sample_of_a_conditional_ema_model_draws_rows_of_classes_from_the_ema_ge
     # called directly with the same seed and labels, draw exactly the npz images of each call.
     import torch
 
-    from experiments.gan.engine import seeded
     from experiments.gan.evaluate import checkpoint_of, load_model, recorded_plan
+    from experiments.gan.quality import seeded
     from experiments.gan.sample import as_uint8
 
     model, _ = load_model(recorded_plan(conditional_run, []), checkpoint_of(conditional_run, None))

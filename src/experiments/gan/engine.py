@@ -4,7 +4,8 @@ Training is MMGen's: its recipe, builders, runner and hooks (checkpoint, logger,
 the recipe has one, sample grids). We add hooks: CPU resume (mmgen_compat), the run record
 (metrics.jsonl, TensorBoard), atomic checkpoint writes and a checkpoint on SIGTERM/SIGUSR2
 (hooks.py), then MMGen's SWD and MS-SSIM on the run's data at the end (and, with
-model.eval_untrained=true, the same on the untrained generator before training).
+model.eval_untrained=true, the same on the untrained generator before training): quality.py,
+which evaluate.py and sample.py share; checkpoint locations are checkpoints.py.
 
 On CPU ranks (gloo) train_model(distributed=True) cannot run: it moves the model to CUDA and
 its sampler seeds through a CUDA tensor. `_train_cpu_ddp` repeats train_model's few lines
@@ -15,19 +16,15 @@ is edited.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 import math
 import os
-import random
 import time
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -36,7 +33,9 @@ from experiments.data.image_files import DIGITS_FOLDER, ensure_digits_pngs
 from experiments.gan import conditional, mmgen_compat
 from experiments.gan import ddp as gan_ddp
 from experiments.gan import hooks as gan_hooks
-from experiments.gan.recipes import CHECKPOINT_DIRNAME, SAMPLES_DIRNAME
+from experiments.gan.checkpoints import latest_checkpoint
+from experiments.gan.quality import quality
+from experiments.gan.recipes import SAMPLES_DIRNAME
 from experiments.run import early_stopping
 from experiments.run.record import RunRecorder
 from experiments.run.stop import GracefulStop
@@ -45,30 +44,6 @@ log = logging.getLogger("experiments.gan")
 CONFIG_FILE = "mmgen_config.py"  # the composed recipe, as MMGen's tools/train.py dumps it
 FINAL_GRID = "final.png"
 UNTRAINED_KEYS = ("swd", "swd_per_level", "ms_ssim")  # recorded as <key>_untrained
-
-
-def checkpoint_dir(run_dir: Path) -> Path:
-    """Where MMGen's CheckpointHook writes: <work_dir>/ckpt/<basename of work_dir>/."""
-    return run_dir / CHECKPOINT_DIRNAME / run_dir.resolve().name
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The newest iter_N.pth that loads. Our saves are atomic (hooks.py); a torn or foreign
-    file under that name (MMGen's own tools write in place) is skipped for the one before."""
-    found = []
-    for path in checkpoint_dir(run_dir).glob("iter_*.pth"):
-        try:
-            found.append((int(path.stem.split("_", 1)[1]), path))
-        except ValueError:
-            continue
-    for _, path in sorted(found, reverse=True):
-        try:
-            torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as error:  # truncated or foreign file
-            log.warning("skipping unreadable checkpoint %s (%s)", path, error)
-            continue
-        return path
-    return None
 
 
 def start_point(plan: Any) -> tuple[str, Path | None]:
@@ -265,13 +240,13 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
     cfg.custom_hooks.append(
         dict(type=gan_hooks.STOP_HOOK, stop=stop, distributed=distributed, priority="LOWEST")
     )
-    if getattr(plan, "early_stopping", None) is not None:  # run/early_stopping.py's mmcv hook
+    if getattr(plan, "early_stopping", None) is not None:  # its mmcv hook: gan/hooks.py
         monitor = early_stopping.Monitor(
             plan.early_stopping, plan.objective, recorder.summary,
             agree=early_stopping.broadcast_from_rank0,
         )  # fmt: skip
         cfg.custom_hooks.append(
-            early_stopping.mmcv_hook(monitor, plan.recipe.log_interval, split_losses)
+            gan_hooks.early_stopping_hook(monitor, plan.recipe.log_interval, split_losses)
         )
 
     timestamp = time.strftime("%Y%m%d_%H%M%S")
@@ -424,64 +399,3 @@ def save_final_grid(model: Any, plan: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     save_image(images, str(path), nrow=per_row or math.ceil(math.sqrt(len(images))), padding=0)
     return path
-
-
-@contextlib.contextmanager
-def seeded(seed: int) -> Iterator[None]:
-    """Draws from torch, NumPy and random seeded with `seed`, and every generator's state as
-    it was afterwards: an evaluation before training leaves the training's draws unchanged."""
-    states = (np.random.get_state(), random.getstate())
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        np.random.seed(seed % 2**32)
-        random.seed(seed)
-        try:
-            yield
-        finally:
-            np.random.set_state(states[0])
-            random.setstate(states[1])
-
-
-@torch.no_grad()
-def quality(model: Any, dataset: Any, plan: Any) -> dict[str, Any]:
-    """MMGen's SWD (generated vs the run's images; x1e3, lower is better) and MS-SSIM of
-    generated pairs (diversity; lower is more diverse), computed without any download.
-    Seeded (the same images, noise, patches and directions for every call of a run), so two
-    generators of one run are compared on equal terms."""
-    with seeded(plan.seed):
-        return _quality(model, dataset, plan)
-
-
-def _quality(model: Any, dataset: Any, plan: Any) -> dict[str, Any]:
-    from mmgen.core.evaluation.metrics import MS_SSIM, SWD
-
-    count = min(plan.recipe.eval_images, len(dataset)) // 2 * 2
-    if count < 2:
-        return {}
-    order = torch.randperm(len(dataset))[:count].tolist()
-    key = "img" if conditional.num_classes(model) else "real_img"  # MMGen's batch keys
-    reals = torch.stack([dataset[i][key] for i in order])
-    sampling = conditional.sample_kwargs(model)  # the EMA generator's, where there is one
-    fakes = torch.cat(
-        [
-            model(None, num_batches=min(256, count - start), return_loss=False, **sampling)
-            for start in range(0, count, 256)
-        ]
-    )
-    if reals.shape[1] == 1:  # SWD's Laplacian pyramid is defined on 3 channels
-        reals, fakes = reals.repeat(1, 3, 1, 1), fakes.repeat(1, 3, 1, 1)
-    result: dict[str, Any] = {"eval_images": count}
-    if plan.recipe.scale >= 16:
-        swd = SWD(num_images=count, image_shape=tuple(reals.shape[1:]))
-        swd.prepare()
-        swd.feed(reals, "reals")
-        swd.feed(fakes, "fakes")
-        levels = [float(x) for x in swd.summary()]
-        result.update(swd=levels[-1], swd_per_level=levels[:-1])
-    for name, images in (("ms_ssim", fakes), ("ms_ssim_real", reals)):
-        metric = MS_SSIM(num_images=count)
-        metric.prepare()
-        metric.feed(images, "reals")  # MS_SSIM scores one set; this only fills its count
-        metric.feed(images, "fakes")
-        result[name] = float(metric.summary())
-    return result

@@ -21,12 +21,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from experiments.errors import ConfigError, EvaluationError
 from experiments.known_keys import nearest
 from experiments.run.record import read_summary, write_json_atomic
+from experiments.run.recorded_run import (
+    ONE_LOCAL_PROCESS,
+    override_value,
+    read_choices,
+    read_config,
+    set_one_local_process,
+)
 
 EVAL_FILE = "eval.json"
 # What an evaluation may change; the generator and its training are the run's.
@@ -52,7 +58,7 @@ def evaluate_run(run_dir: Path, checkpoint: Path | None, overrides: list[str]) -
     from mmgen.datasets import build_dataset
 
     from experiments.data.image_files import DIGITS_FOLDER, ensure_digits_pngs
-    from experiments.gan.engine import quality
+    from experiments.gan.quality import quality
 
     if plan.image_root.name == DIGITS_FOLDER:
         ensure_digits_pngs(plan.image_root)
@@ -141,13 +147,8 @@ def recorded_plan(run_dir: Path, overrides: list[str]) -> Any:
 
 
 def _config(run_dir: Path, overrides: list[str]) -> tuple[DictConfig, dict[str, str]]:
-    cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
-    assert isinstance(cfg, DictConfig)
-    hydra_file = run_dir / ".hydra" / "hydra.yaml"
-    choices: dict[str, str] = {}
-    if hydra_file.is_file():
-        hydra = OmegaConf.load(hydra_file)
-        choices = dict(OmegaConf.select(hydra, "hydra.runtime.choices", default={}) or {})
+    cfg = read_config(run_dir)
+    choices = read_choices(run_dir, missing_ok=True)
     choices.setdefault("data", str(cfg.data.get("name")))
     choices.setdefault("model", str(cfg.model.get("recipe")))
     # A group switch first (data=imagefolder), then its keys (data.root=...), whatever the
@@ -155,7 +156,7 @@ def _config(run_dir: Path, overrides: list[str]) -> tuple[DictConfig, dict[str, 
     ordered = sorted(overrides, key=lambda o: o.partition("=")[0] != "data")
     for override in ordered:
         key, _, text = override.partition("=")
-        value = yaml.safe_load(text) if text else None
+        value = override_value(text)
         if key == "data":
             cfg.data = _data_option(str(value))
             choices["data"] = str(value)
@@ -175,15 +176,8 @@ def _config(run_dir: Path, overrides: list[str]) -> tuple[DictConfig, dict[str, 
                 "a GAN evaluation changes only its data and sampling: data=<option>, "
                 "data.<key>=..., model.eval_images=N or seed=N (the generator is the run's)",
             )
-    conf = _conf_root()
-    with open_dict(cfg):
-        cfg.launcher = OmegaConf.load(conf / "launcher" / "local.yaml")
-        cfg.topology = OmegaConf.load(conf / "topology" / "single.yaml")
-        cfg.resume = None  # nothing of the run is resumed or rewritten
-        cfg.resume_from = None
-        cfg.load_from = None
-        cfg.dry_run = False
-    choices.update(launcher="local", topology="single")
+    set_one_local_process(cfg, cleared=("resume", "resume_from", "load_from"))
+    choices.update(ONE_LOCAL_PROCESS)
     return cfg, choices
 
 
@@ -208,7 +202,7 @@ def _conf_root() -> Path:
 
 def checkpoint_of(run_dir: Path, chosen: Path | None) -> Path:
     """The checkpoint named (it must load), else the run's newest readable one."""
-    from experiments.gan.engine import checkpoint_dir, latest_checkpoint
+    from experiments.gan.checkpoints import checkpoint_dir, latest_checkpoint
 
     if chosen is None:
         newest = latest_checkpoint(run_dir)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import validation as check
+from experiments.dotted_keys import flatten
 from experiments.errors import ConfigError
 from experiments.gan import ddp as gan_ddp
 
@@ -110,18 +111,6 @@ def _boolean(value: Any, key: str) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(key, value, "true or false")
     return value
-
-
-def flatten(options: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{model: {generator: {base_channels: 128}}} -> {"model.generator.base_channels": 128}."""
-    flat: dict[str, Any] = {}
-    for key, value in options.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, dotted + "."))
-        else:
-            flat[dotted] = value
-    return flat
 
 
 def configs_root(model_name: str = "gan") -> Path:

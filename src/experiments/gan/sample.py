@@ -147,7 +147,7 @@ def labels_for(model: Any, request: Request, recipe: str) -> tuple[torch.Tensor 
 @torch.no_grad()
 def draw(model: Any, count: int, seed: int, kwargs: dict[str, Any], labels: Any) -> torch.Tensor:
     """`count` images from MMGen's sample_from_noise, BATCH at a time, seeded."""
-    from experiments.gan.engine import seeded
+    from experiments.gan.quality import seeded
 
     batches = []
     with seeded(seed):

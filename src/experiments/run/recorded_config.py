@@ -16,8 +16,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from experiments.dotted_keys import flatten
 from experiments.errors import ConfigError
 from experiments.run.record import SUMMARY
+from experiments.run.recorded_run import config_path, read_config
 
 # Keys whose raise continues a run instead of changing it.
 EXTENSION_KEYS = ("trainer.epochs", "trainer.max_steps", "model.iters")
@@ -32,11 +34,10 @@ def check_against_record(cfg: DictConfig, run_dir: Path, resume: Any) -> list[st
     """The extensions this launch makes to the recorded run ("key: old -> new"), or [] when
     the config is the recorded one (or there is no record, or resume=null starts over).
     Any other difference is a ConfigError naming the keys."""
-    recorded_path = run_dir / ".hydra" / "config.yaml"
-    if resume is None or not recorded_path.is_file() or not (run_dir / SUMMARY).is_file():
+    if resume is None or not config_path(run_dir).is_file() or not (run_dir / SUMMARY).is_file():
         return []
-    recorded = _flatten(OmegaConf.to_container(OmegaConf.load(recorded_path), resolve=False))
-    current = _flatten(
+    recorded = _flat(OmegaConf.to_container(read_config(run_dir), resolve=False))
+    current = _flat(
         {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
     )
     changed = sorted(
@@ -76,10 +77,6 @@ def _raised(old: Any, new: Any) -> bool:
         return False
 
 
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, dict):
-        flat: dict[str, Any] = {}
-        for key, value in node.items():
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        return flat or {prefix.rstrip("."): {}}
-    return {prefix.rstrip("."): node}
+def _flat(config: Any) -> dict[str, Any]:
+    # an empty record (cut short) is one empty value under the key "", which the refusal names
+    return flatten(config) or {"": {}}

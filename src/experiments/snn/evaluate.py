@@ -18,12 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from experiments.errors import ConfigError, EvaluationError
 from experiments.run import checkpoint as checkpoints
 from experiments.run.record import read_summary, write_json_atomic
+from experiments.run.recorded_run import (
+    ONE_LOCAL_PROCESS,
+    override_value,
+    read_choices,
+    read_config,
+    set_one_local_process,
+)
 
 EVAL_FILE = "eval.json"
 CONFUSION_FILE = "eval_confusion.png"
@@ -96,8 +102,7 @@ def evaluate_run(run_dir: Path, checkpoint: Path | None, overrides: list[str]) -
 
 def _config(run_dir: Path, overrides: list[str]) -> DictConfig:
     """The run's recorded config with the evaluation's overrides, on one CPU process."""
-    cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
-    assert isinstance(cfg, DictConfig)
+    cfg = read_config(run_dir)
     for override in overrides:
         key, _, text = override.partition("=")
         if not key.startswith(OVERRIDABLE):
@@ -112,23 +117,13 @@ def _config(run_dir: Path, overrides: list[str]) -> DictConfig:
             if name not in cfg[group]:
                 valid = ", ".join(sorted(str(k) for k in cfg[group]))
                 raise ConfigError(key, text, f"not a key of this run's {group}; valid: {valid}")
-        OmegaConf.update(cfg, key, yaml.safe_load(text) if text else None, merge=True)
-    conf = _conf_root()
+        OmegaConf.update(cfg, key, override_value(text), merge=True)
+    set_one_local_process(cfg, cleared=("resume",))
     with open_dict(cfg):
-        cfg.launcher = OmegaConf.load(conf / "launcher" / "local.yaml")
-        cfg.topology = OmegaConf.load(conf / "topology" / "single.yaml")
-        cfg.resume = None
-        cfg.dry_run = False
         for key, value in CPU_TRAINER.items():
             if key in cfg.trainer:
                 cfg.trainer[key] = value
     return cfg
-
-
-def _conf_root() -> Path:
-    import experiments.conf
-
-    return Path(experiments.conf.__file__).parent
 
 
 def _plan(run_dir: Path, cfg: DictConfig) -> Any:
@@ -136,9 +131,8 @@ def _plan(run_dir: Path, cfg: DictConfig) -> Any:
     from experiments.composition import _resolve
     from experiments.snn.plan import build_snn_plan
 
-    hydra = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml")
-    choices = dict(OmegaConf.select(hydra, "hydra.runtime.choices", default={}) or {})
-    choices.update(launcher="local", topology="single")
+    choices = read_choices(run_dir)
+    choices.update(ONE_LOCAL_PROCESS)
     return build_snn_plan(cfg, _resolve(cfg), run_dir, [], choices, [])
 
 
@@ -244,26 +238,26 @@ def _load_classify(
 ) -> tuple[torch.nn.Module, Path, int]:
     """A trainer=classify run: the Trainer's own .pth files, its latest first, then each
     epoch's newest first (`checkpoint_max_test_acc1.pth` only when named)."""
-    from experiments.snn.engines import classify
+    from experiments.snn import classify_plan
 
-    folder = classify.checkpoint_dir(run_dir)
+    folder = classify_plan.checkpoint_dir(run_dir)
     if chosen is not None:
-        if classify.resume_file(chosen) is None:
+        if classify_plan.resume_file(chosen) is None:
             raise ConfigError(
                 "checkpoint", str(chosen), f"a .pth file the Trainer wrote, e.g. {folder}/"
-                f"{classify.LATEST}",
+                f"{classify_plan.LATEST}",
             )  # fmt: skip
-        candidates = [classify.resume_file(chosen)]
+        candidates = [classify_plan.resume_file(chosen)]
     else:
         epochs = sorted(
             folder.glob("checkpoint_[0-9]*.pth"),
             key=lambda path: int(path.stem.rpartition("_")[2]),
             reverse=True,
         )
-        candidates = [path for path in (folder / classify.LATEST, *epochs) if path.is_file()]
+        candidates = [path for path in (folder / classify_plan.LATEST, *epochs) if path.is_file()]
         if not candidates:
             raise EvaluationError(f"{run_dir} has no checkpoint in {folder}")
-    return _first_loadable(plan, candidates, classify.load_checkpoint)
+    return _first_loadable(plan, candidates, classify_plan.load_checkpoint)
 
 
 def _first_loadable(
