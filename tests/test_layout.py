@@ -105,3 +105,81 @@ def test_each_family_is_one_package_and_the_families_do_not_import_each_other(fa
         name: sorted(t for t in graph[name] if t.startswith(f"experiments.{other}")) for name in own
     }
     assert not any(leaks.values()), leaks
+
+
+# The family seam (experiments/families.py): outside the family packages only the seam knows
+# which families and engines exist.
+FAMILY_PACKAGES = ("experiments.snn", "experiments.gan")
+SEAM = "experiments.families"
+
+
+def _outside_the_families() -> dict[str, Path]:
+    return {
+        name: path
+        for name, path in _modules().items()
+        if name != SEAM
+        and not name.startswith(tuple(f"{p}." for p in FAMILY_PACKAGES))
+        and name not in FAMILY_PACKAGES
+    }
+
+
+def family_imports(graph: dict[str, set[str]], outside: set[str]) -> dict[str, list[str]]:
+    return {
+        name: sorted(t for t in graph[name] if t.startswith(FAMILY_PACKAGES))
+        for name in outside
+        if any(t.startswith(FAMILY_PACKAGES) for t in graph[name])
+    }
+
+
+def engine_mentions(source: str, engines: set[str]) -> list[str]:
+    """Comparisons of something named like an engine with an engine's name
+    (`plan.engine == "mmgen"`, `summary.get("engine") in ("cpu", ...)`), and family module
+    paths written as strings: the ways a module decides by family without importing one."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if not any("engine" in ast.unparse(side) for side in sides):
+                continue
+            for side in sides:
+                values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                named = [
+                    v.value for v in values if isinstance(v, ast.Constant) and v.value in engines
+                ]
+                if named:
+                    found.append(ast.unparse(node))
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.startswith(tuple(f"{p}." for p in FAMILY_PACKAGES))
+        ):
+            found.append(repr(node.value))
+    return found
+
+
+def test_only_the_seam_knows_the_families() -> None:
+    from experiments import families
+
+    graph = import_graph()
+    outside = _outside_the_families()
+    assert "experiments.train" in outside and "experiments.report" in outside
+    assert not family_imports(graph, set(outside)), family_imports(graph, set(outside))
+    engines = set(families.engine_names())
+    assert engines >= {"cpu", "spikingjelly", "classify", "mmgen"}
+    mentions = {
+        name: found
+        for name, path in outside.items()
+        if (found := engine_mentions(path.read_text(encoding="utf-8"), engines))
+    }
+    assert not mentions, mentions
+
+
+def test_the_seam_check_sees_what_it_forbids() -> None:
+    """The two checks above find each way a module used to decide by family."""
+    engines = {"cpu", "mmgen"}
+    assert engine_mentions('x = 1 if plan.engine == "mmgen" else 2', engines)
+    assert engine_mentions('ok = summary.get("engine") in ("cpu", "x")', engines)
+    assert engine_mentions('m = {"a": "experiments.snn.engines.cpu"}', engines)
+    assert not engine_mentions('on_cpu = device == "cpu"', engines)
+    graph = {"experiments.report": {"experiments.gan.plan"}, "experiments.run": set()}
+    assert family_imports(graph, set(graph)) == {"experiments.report": ["experiments.gan.plan"]}

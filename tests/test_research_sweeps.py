@@ -275,7 +275,7 @@ def test_classic_trainer_stops_on_a_plateau_and_keeps_its_best_checkpoint(
     assert stopped["stopped"] and stopped["stopped_at_epoch"] == 2 and stopped["best_epoch"] == 1
     folder = run_dir / "checkpoints" / "pt" / "classify"
     assert Path(stopped["best_checkpoint"]) == folder / "checkpoint_best.pth"
-    from experiments.snn.engines.classify import _torch_load
+    from experiments.snn.classify_plan import _torch_load
 
     best, latest = (
         _torch_load(folder / "checkpoint_best.pth"),

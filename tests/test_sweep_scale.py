@@ -18,8 +18,8 @@ from PIL import Image
 from bench.sweep_records import make_sweep
 from bench.sweep_scale import POINT  # one tiny SNN point (1 step)
 from experiments.report import figures, update_report, write_report
-from experiments.report.families import SNN
 from experiments.report.points import INDEX, PointIndex
+from experiments.snn.family import FAMILY as SNN
 
 from .conftest import REPO, read_jsonl, run_cli
 

@@ -2,22 +2,9 @@
 
 from omegaconf import OmegaConf
 
+from experiments.launchers import resolvers
+
 __version__ = "0.1.0"
-
-
-def _null_if_zero(value: object) -> object:
-    # sbatch must not see --gpus-per-node=0 on a CPU partition: unset means "no GPUs".
-    return None if value in (0, "0", None) else value
-
-
-# Before the user's own setup lines in every sbatch script: when one task of a job exits
-# with an error or is killed, Slurm ends the job's other tasks (srun --kill-on-bad-exit)
-# instead of leaving them waiting for it in a collective.
-SLURM_SETUP = ["export SLURM_KILL_BAD_EXIT=1"]
-
-
-def slurm_setup_lines(user: object) -> list:
-    return [*SLURM_SETUP, *(list(user) if user else [])]
 
 
 def _log_name(job_name: str) -> str:
@@ -51,6 +38,8 @@ def _sweep_id() -> str:
 
 
 OmegaConf.register_new_resolver("experiments.sweep_id", _sweep_id, use_cache=True, replace=True)
-OmegaConf.register_new_resolver("experiments.null_if_zero", _null_if_zero, replace=True)
+OmegaConf.register_new_resolver("experiments.null_if_zero", resolvers.null_if_zero, replace=True)
 OmegaConf.register_new_resolver("experiments.log_name", _log_name, replace=True)
-OmegaConf.register_new_resolver("experiments.slurm_setup", slurm_setup_lines, replace=True)
+OmegaConf.register_new_resolver(
+    "experiments.slurm_setup", resolvers.slurm_setup_lines, replace=True
+)

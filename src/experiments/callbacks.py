@@ -20,7 +20,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from experiments import distributed_env
+from experiments import distributed_env, launchers
 from experiments.errors import ConfigError
 from experiments.run.record import COMMAND_ENV, user_command
 
@@ -88,15 +88,6 @@ def asked_for_sweep() -> bool:
     )
 
 
-def _slurm_launcher(config: DictConfig) -> dict[str, Any] | None:
-    """The launcher fields when hydra-submitit-launcher submits to Slurm, else None."""
-    if not str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher"):
-        return None
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(config.launcher, resolve=True)  # type: ignore[return-value]
-
-
 def _print(text: str) -> None:
     """Print and flush now, so a closed stdout is noticed here (and handled) rather than at
     the interpreter's exit."""
@@ -143,16 +134,6 @@ def _verdict_lines(points: list[list[str]], plans: list[Any]) -> str:
     return "\n".join(lines)
 
 
-def _as_one_array(plans: list[Any], launcher: dict[str, Any], points: int) -> None:
-    """hydra-submitit-launcher submits a sweep's points as one job array, with the sweep's
-    (not a point's) launcher fields: each point's plan shows that one sbatch script."""
-    from experiments.launchers import slurm
-
-    for plan in plans:
-        if plan is not None:
-            plan.launch_command = slurm.command(launcher, [], str(plan.run_dir), points=points)
-
-
 def _hold_sweep(config: DictConfig) -> None:
     """One launch per sweep directory: a second launch of a running sweep is refused here,
     before it writes anything (run/lock.py; released when this process ends). A local
@@ -160,56 +141,7 @@ def _hold_sweep(config: DictConfig) -> None:
     from experiments.run import lock
 
     lock.hold(Path(config.hydra.sweep.dir), lock.SWEEP_LOCK)
-    if _slurm_launcher(config) is None:
-        from experiments.launchers import local
-
-        local.login_catches_ctrl_c()
-    else:
-        _slurm_login_catches_ctrl_c(Path(config.hydra.sweep.dir))
-
-
-def _slurm_login_catches_ctrl_c(sweep_dir: Path) -> None:
-    """Ctrl-C at the login of a blocking Slurm sweep: the jobs are Slurm's, not this
-    process's children, so they are left running (a stray Ctrl-C never throws away cluster
-    work). The report is written as it stands, and the message names the jobs, how to stop
-    them (scancel: their running points checkpoint and end `interrupted`, pending ones never
-    start) and that the same command continues the sweep."""
-    import signal
-    import time
-
-    started = time.time() - 1
-
-    def handle(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C: at once
-        from experiments.report import format_outcome, write_report
-
-        try:
-            print(format_outcome(sweep_dir, write_report(sweep_dir)))
-        except Exception as error:  # the message below matters more than the report
-            print(f"(sweep report not written: {error})", file=sys.stderr)
-        jobs = _submitted_jobs(sweep_dir / ".submitit", started)
-        named = " ".join(jobs) or "(none submitted yet)"
-        print(
-            f"Ctrl-C: the Slurm jobs of this sweep were left running: {named}; they record "
-            f"their points themselves. To stop them: scancel {named} (running points stop "
-            "after a checkpoint, `interrupted`; pending ones never start). Once they have "
-            f"ended, the same command continues the sweep: {user_command()}",
-            file=sys.stderr,
-            flush=True,
-        )
-        sys.exit(130)
-
-    signal.signal(signal.SIGINT, handle)
-
-
-def _submitted_jobs(folder: Path, since: float) -> list[str]:
-    """The Slurm job (array) ids this login submitted: submitit's folders made since."""
-    try:
-        entries = [p for p in folder.iterdir() if p.is_dir() and p.stat().st_mtime >= since]
-    except OSError:
-        return []
-    ids = {p.name.split("_")[0] for p in entries if p.name.split("_")[0].isdigit()}
-    return sorted(ids, key=int)
+    launchers.sweep_login_catches_ctrl_c(config)
 
 
 def stop_sweep(hydra_cfg: Any) -> None:
@@ -246,14 +178,6 @@ def _prepare_trackers(config: DictConfig) -> None:
     loggers.prepare_sweep(
         OmegaConf.to_container(config.logger, resolve=True), Path(config.hydra.sweep.dir)
     )
-
-
-def _launch_token(plan: Any) -> str | None:
-    """Multi-node torchrun: the rendezvous (endpoint and id), the same on every node."""
-    rendezvous = [
-        a for a in plan.launch_command if a.startswith(("--rdzv-endpoint=", "--rdzv-id="))
-    ]
-    return "torchrun:" + ":".join(rendezvous) if len(rendezvous) == 2 else None
 
 
 class ExperimentsCallback(Callback):
@@ -311,11 +235,8 @@ class ExperimentsCallback(Callback):
 
         # The command the user typed, recorded by every point (Slurm jobs inherit it).
         os.environ.setdefault(COMMAND_ENV, user_command())
-        slurm_launcher = _slurm_launcher(config)
-        if slurm_launcher is not None and not config.dry_run:
-            from experiments.launchers import slurm
-
-            slurm.prepare_submission(slurm_launcher)  # no sbatch: one line, nothing written
+        if not config.dry_run:
+            launchers.before_sweep_submission(config)  # Slurm: no sbatch is one line, no file
         points = sweep_points(config)
         if points is None:  # e.g. Optuna: it picks points while it runs
             if config.dry_run:
@@ -352,8 +273,7 @@ class ExperimentsCallback(Callback):
             except Exception as error:  # e.g. an unknown key in one point's overrides
                 plans.append(None)
                 refusals.append((number, f"{type(error).__name__}: {_first_line(error)}"))
-        if slurm_launcher is not None and len(points) > 1:
-            _as_one_array(plans, slurm_launcher, len(points))
+        launchers.plan_sweep_launch(config, plans)  # Slurm: the points as one job array
         if config.dry_run and swept and config.dry_run != "json":
             _print(_verdict_lines(points, plans))
         for number, message in refusals:
@@ -415,5 +335,5 @@ class ExperimentsCallback(Callback):
         # Before Hydra makes the directory or writes .hydra/: a second run is refused here,
         # having written nothing (run/lock.py). Multi-node torchrun: every node's launching
         # process runs this command; they share one token and join one another.
-        lock.hold(plan.run_dir, shared=_launch_token(plan))
+        lock.hold(plan.run_dir, shared=launchers.launch_token(plan))
         lock.check_readable(plan.run_dir)

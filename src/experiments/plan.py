@@ -4,33 +4,29 @@ config, command).
 `build_plan` is the single place a composed config is checked. It runs before Hydra makes the
 run directory (see callbacks.py), so a config that can never run costs no process, queue slot
 or file. Every failure is a ConfigError naming the key, the bad value and a valid choice. The
-keys all families share are checked here; the family's own plan (`snn/plan.py`,
-`gan/plan.py`) checks the rest.
+keys all families share are checked here; the family's own planner (experiments/families.py
+finds it: `snn/plan.py`, `gan/plan.py`) checks the rest.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from omegaconf import DictConfig
 
-from experiments import loggers
+from experiments import families, loggers
 from experiments import validation as check
 from experiments.composition import _placeholder_root_for_dry_run, _resolve
-from experiments.gan.recipes import is_gan
 from experiments.known_keys import check_known_keys
 from experiments.run import early_stopping
 from experiments.run.recorded_config import check_against_record
 
-if TYPE_CHECKING:
-    from experiments.gan.plan import GANPlan
-    from experiments.snn.plan import RunPlan
-
 
 def build_plan(
     cfg: DictConfig, run_dir: Path | str, overrides: list[str], choices: dict[str, str]
-) -> RunPlan | GANPlan:
+) -> Any:
+    """The family's plan (snn.plan.RunPlan, gan.plan.GANPlan, ...): checked, not launched."""
     cfg = _placeholder_root_for_dry_run(cfg)
     values = _resolve(cfg)
     run_dir = Path(run_dir)
@@ -39,13 +35,6 @@ def build_plan(
     check.integer(values["seed"], "seed", minimum=0)
     check.choice(values["dry_run"], "dry_run", (False, True, "json"))
     extensions = check_against_record(cfg, run_dir, values.get("resume"))
-    if is_gan(values["model"]):
-        from experiments.gan.plan import build_gan_plan
-
-        gan_plan = build_gan_plan(values, run_dir, overrides, choices)
-        gan_plan.extensions = extensions
-        return early_stopping.attach(gan_plan, values["trainer"], gan=True)
-    from experiments.snn.plan import build_snn_plan
-
-    plan = build_snn_plan(cfg, values, run_dir, overrides, choices, extensions)
-    return early_stopping.attach(plan, values["trainer"], gan=False)
+    family = families.for_model(values["model"])
+    plan = family.plan(cfg, values, run_dir, overrides, choices, extensions)
+    return early_stopping.attach(plan, values["trainer"], family)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.report.families import GAN, SNN
+from experiments.families import for_summary
 from experiments.run.record import read_records
 
 COLUMNS = ("point", "state", "progress", "last loss", "objective", "note")
@@ -77,7 +77,7 @@ def point_row(
     state = summary.get("status", "unreadable" if found["problems"] else "starting")
     if any(problem.startswith("written by") for problem in found["problems"]):
         state = "unreadable"  # another version's record: not read as if it were ours
-    family = GAN if summary.get("engine") == "mmgen" else SNN
+    family = for_summary(summary)
     metrics = summary.get("metrics") or {}
     steps, epochs = found.get("steps") or [], found.get("metrics") or []
     step = _last(steps, "step") or _last(epochs, "step")

@@ -3,17 +3,19 @@
 The run directory is the record: its `.hydra/config.yaml` rebuilds the model exactly as it
 was trained, and `summary.json` says which family (and engine) wrote it. This module only
 finds the run and the checkpoint and hands them to the family's evaluation
-(`experiments.snn.evaluate`, `experiments.gan.evaluate`); bad input is one line and exit 2,
+(the family's `evaluator` module, experiments/families.py); bad input is one line and exit 2,
 like the training command.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.errors import ConfigError, EvaluationError
+from experiments.families import for_summary
 from experiments.run.record import read_summary
 
 USAGE = """\
@@ -72,14 +74,15 @@ def evaluate(argv: list[str]) -> int:
         return 0 if argv else 2
     target = find_target(argv[0])
     overrides = parse_overrides(argv[1:])
-    engine = target.summary.get("engine")
-    if engine == "mmgen":
-        from experiments.gan.evaluate import evaluate_run as evaluate_gan
-
-        return evaluate_gan(target.run_dir, target.checkpoint, overrides)
-    from experiments.snn.evaluate import evaluate_run as evaluate_snn
-
-    return evaluate_snn(target.run_dir, target.checkpoint, overrides)
+    family = for_summary(target.summary)
+    if family.evaluator is None:
+        raise ConfigError(
+            "run",
+            str(target.run_dir),
+            f"a run of a family with an evaluator ({family.name} has none)",
+        )
+    evaluator = importlib.import_module(family.evaluator)
+    return evaluator.evaluate_run(target.run_dir, target.checkpoint, overrides)
 
 
 def main() -> None:

@@ -17,9 +17,11 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from experiments.run.early_stopping import Monitor
 from experiments.run.stop import GracefulStop
 
 log = logging.getLogger("experiments.gan")
@@ -170,3 +172,75 @@ def _stop_hook() -> type:
             self.stop.hand_over()
 
     return ExperimentsStopHook
+
+
+def early_stopping_hook(
+    monitor: Monitor,
+    interval: int,
+    losses: Callable[[dict[str, Any]], dict[str, float]],
+    save_best: bool = True,
+) -> Any:
+    """The mmcv hook for GAN runs (registered on first use, nothing in mmcv edited): every
+    `interval` iterations it reads the iteration's losses as the record hook does, asks the
+    monitor, keeps `best.pth` beside MMGen's iter_N.pth when the metric improved, and ends the
+    runner after this iteration when patience is used up (its checkpoint and record hooks see
+    that iteration as the last and save and record it). `losses` is the GAN engine's own
+    reading of MMGen's loss terms. The monitor (what improved, when to stop) is the
+    one every engine uses (run/early_stopping.py); this is only its mmcv side."""
+    from mmcv.runner import HOOKS, Hook
+
+    name = "ExperimentsEarlyStoppingHook"
+    if name not in HOOKS.module_dict:
+
+        class ExperimentsEarlyStoppingHook(Hook):
+            def __init__(
+                self, monitor: Monitor, interval: int, losses: Any, save_best: bool
+            ) -> None:
+                self.monitor = monitor
+                self.losses = losses
+                self.interval = interval
+                self.save_best = save_best
+
+            def after_train_iter(self, runner: Any) -> None:
+                done = runner.iter + 1
+                if done % self.interval and done != runner.max_iters:
+                    return
+                log_vars = runner.outputs.get("log_vars", {})
+                record = {k: float(v) for k, v in log_vars.items() if isinstance(v, (int, float))}
+                record.update(self.losses(record))
+                verdict = self.monitor.after_evaluation(done, None, record)
+                if verdict.improved and self.save_best:
+                    self._save_best(runner)
+                if verdict.stop and done < runner.max_iters:
+                    runner._max_iters = done  # the runner's loop ends after this iteration
+
+            def _save_best(self, runner: Any) -> None:
+                import os
+                from pathlib import Path
+
+                from mmcv.runner import CheckpointHook
+
+                checkpoint = next((h for h in runner.hooks if isinstance(h, CheckpointHook)), None)
+                if checkpoint is None:
+                    return
+                out = Path(checkpoint.out_dir)
+                if runner.rank == 0:  # atomic, as our checkpoint hook writes iter_N.pth
+                    out.mkdir(parents=True, exist_ok=True)
+                    runner.save_checkpoint(
+                        str(out), filename_tmpl=".best.pth.partial", create_symlink=False
+                    )
+                    with open(out / ".best.pth.partial", "rb") as handle:
+                        os.fsync(handle.fileno())
+                    os.replace(out / ".best.pth.partial", out / "best.pth")
+                self.monitor.kept(out / "best.pth")
+
+        HOOKS.register_module(name=name, module=ExperimentsEarlyStoppingHook)
+    # ABOVE_NORMAL: before the checkpoint hook (NORMAL), which then saves the last iteration
+    return dict(
+        type=name,
+        monitor=monitor,
+        interval=interval,
+        losses=losses,
+        save_best=save_best,
+        priority="ABOVE_NORMAL",
+    )

@@ -16,12 +16,12 @@ from experiments import validation as check
 from experiments.data.image_files import gan_image_root
 from experiments.errors import ConfigError
 from experiments.gan import ddp as gan_ddp
+from experiments.gan.family import OBJECTIVE
 from experiments.gan.recipes import GANRecipe, build_config, build_model, configs_root
 from experiments.launchers import launcher_module
 from experiments.topology import Capabilities, ParallelDims, parallel_dims
 
 GAN_TOPOLOGIES = ("single", "ddp")
-OBJECTIVE = "swd"  # sliced Wasserstein distance to the run's data (x1e3, lower is better)
 
 
 @dataclass
@@ -117,6 +117,21 @@ class GANPlan:
         lines.append("  library config (MMGen recipe, mmcv Config.pretty_text):")
         lines += [f"    {line}" for line in self.mmgen_config.pretty_text.splitlines()]
         return "\n".join(lines)
+
+
+def plan_run(
+    cfg: Any,
+    values: dict[str, Any],
+    run_dir: Path,
+    overrides: list[str],
+    choices: dict[str, str],
+    extensions: list[str],
+) -> GANPlan:
+    """The family's planner (experiments/families.py): the keys every family shares are
+    already checked."""
+    plan = build_gan_plan(values, run_dir, overrides, choices)
+    plan.extensions = extensions
+    return plan
 
 
 def build_gan_plan(

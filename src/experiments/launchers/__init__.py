@@ -1,20 +1,87 @@
 """Launcher group: who starts the ranks. `conf/launcher/<name>.yaml` -> `launchers/<name>.py`.
 
 Each launcher module answers three questions for the plan: how many ranks it starts, whether
-the ranks get CUDA, and the exact command it would run.
+the ranks get CUDA, and the exact command it would run. Launching itself is here too, behind
+the functions below: child processes (children.py: torchrun's ranks, a local sweep's points,
+warm_points.py) and Slurm (slurm.py, slurm_jobs.py); train.py and callbacks.py call only these.
 """
 
 from __future__ import annotations
 
+import importlib
+from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from experiments.errors import ConfigError
-from experiments.launchers import local, slurm, torchrun
 
-LAUNCHERS: dict[str, ModuleType] = {"local": local, "torchrun": torchrun, "slurm": slurm}
+# conf/launcher/<name>.yaml -> experiments.launchers.<name>, imported when a plan asks (the
+# package itself stays light: `import experiments` registers resolvers.py's Slurm resolvers)
+LAUNCHERS = ("local", "torchrun", "slurm")
 
 
 def launcher_module(name: str) -> ModuleType:
     if name not in LAUNCHERS:
         raise ConfigError("launcher.name", name, f"one of {', '.join(LAUNCHERS)}")
-    return LAUNCHERS[name]
+    return importlib.import_module(f"experiments.launchers.{name}")
+
+
+def child_command(plan: Any) -> list[str] | None:
+    """The command that runs `plan` in child processes (torchrun's ranks, a local sweep's
+    point), or None when it runs in this process."""
+    from experiments.launchers import children
+
+    return children.child_command(plan)
+
+
+def launch_children(plan: Any, command: list[str], warm_points: bool = False) -> float | None:
+    """Start the children, wait, return the objective rank 0 among them recorded."""
+    from experiments.launchers import children
+
+    return children.launch(plan, command, warm_points)
+
+
+def rank_logs(run_dir: Path, rank: int) -> list[str]:
+    """Where a failed rank's traceback is (its log; under Slurm, its task's stderr too)."""
+    from experiments.launchers import children
+
+    return children.rank_logs(run_dir, rank)
+
+
+def job_record() -> dict[str, Any] | None:
+    """Slurm's record of this task (job id, array index, nodes, logs) for summary.json; None
+    outside a Slurm job."""
+    from experiments import distributed_env
+
+    if not distributed_env.in_slurm_job():
+        return None
+    from experiments.launchers import slurm
+
+    return slurm.job_record()
+
+
+def before_sweep_submission(config: Any) -> None:
+    """Before a sweep (or a Slurm submission) is planned: what must answer first (sbatch)."""
+    from experiments.launchers import sweep
+
+    sweep.before_submission(config)
+
+
+def plan_sweep_launch(config: Any, plans: list[Any]) -> None:
+    """The points' plans show the launch they will get (a Slurm sweep: one job array)."""
+    from experiments.launchers import sweep
+
+    sweep.plan_launch(config, plans)
+
+
+def sweep_login_catches_ctrl_c(config: Any) -> None:
+    from experiments.launchers import sweep
+
+    sweep.login_catches_ctrl_c(config)
+
+
+def launch_token(plan: Any) -> str | None:
+    """What every node's launching process of one multi-node torchrun run shares (run/lock)."""
+    from experiments.launchers import torchrun
+
+    return torchrun.launch_token(plan)

@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from experiments import slurm_setup_lines
 from experiments.errors import ConfigError
+from experiments.launchers.resolvers import slurm_setup_lines
 from experiments.validation import integer
 
 log = logging.getLogger(__name__)

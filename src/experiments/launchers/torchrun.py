@@ -4,6 +4,7 @@ of the same run directory (see train.py), so Hydra never makes a directory per r
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import torch
 
@@ -57,3 +58,11 @@ def command(launcher: dict, overrides: list[str], run_dir: str) -> list[str]:
     else:
         cmd.append("--standalone")
     return [*cmd, "-m", "experiments.train", *overrides, *run_dir_overrides(run_dir)]
+
+
+def launch_token(plan: Any) -> str | None:
+    """Multi-node torchrun: the rendezvous (endpoint and id), the same on every node."""
+    rendezvous = [
+        a for a in plan.launch_command if a.startswith(("--rdzv-endpoint=", "--rdzv-id="))
+    ]
+    return "torchrun:" + ":".join(rendezvous) if len(rendezvous) == 2 else None

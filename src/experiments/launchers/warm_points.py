@@ -27,25 +27,25 @@ from typing import IO, Any
 WARM_WORKER_ENV = "EXPERIMENTS_WARM_WORKER"
 # What a point runs, as `experiments-train` does (by name: train.py starts this launcher).
 ENTRY_POINT = "experiments.train"
-# What every SNN or GAN point imports; the engine's own module is added per sweep.
+# What every point imports; the family's own modules and the engine's are added per sweep
+# (experiments/families.py: `warm_modules`, `engines`).
 WARM_MODULES = (
     "torch",
     "hydra",
     "omegaconf",
     "experiments.train",
     "experiments.plan",
-    "experiments.snn.plan",
-    "experiments.snn.models.sew_resnet",
-    "experiments.snn.models.spikformer",
     "torch.utils.tensorboard",
     "tqdm",
 )
-ENGINE_MODULES = {
-    "cpu": "experiments.snn.engines.cpu",
-    "spikingjelly": "experiments.snn.engines.spikingjelly",
-    "mmgen": "experiments.gan.engine",
-    "classify": "experiments.snn.engines.classify",
-}
+
+
+def modules_for(engine: str) -> list[str]:
+    """What the warm process of a sweep trained by `engine` imports before it forks."""
+    from experiments import families
+
+    family = families.for_engine(engine)
+    return [*WARM_MODULES, *family.warm_modules, family.engines.get(engine, "")]
 
 
 class WarmWorker:
@@ -55,7 +55,7 @@ class WarmWorker:
         self.engine = engine
         request_read, self._requests = os.pipe()
         self._replies, reply_write = os.pipe()
-        modules = [*WARM_MODULES, ENGINE_MODULES.get(engine, "")]
+        modules = modules_for(engine)
         self.process = subprocess.Popen(
             [
                 sys.executable,

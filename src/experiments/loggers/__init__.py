@@ -28,7 +28,9 @@ from typing import Any, Protocol
 
 from omegaconf import OmegaConf
 
+from experiments.dotted_keys import flatten
 from experiments.errors import ConfigError
+from experiments.families import for_engine
 from experiments.known_keys import refuse_unknown
 
 log = logging.getLogger(__name__)
@@ -47,11 +49,12 @@ class RunInfo:
     point: str | None
     config: dict[str, Any]  # the resolved config (nested)
     tags: dict[str, str] = field(default_factory=dict)
-    family: str = "snn"
+    # the family's per-iteration metrics reach trackers through mmcv's logger hooks (GANs)
+    logs_through_mmcv: bool = False
 
     @property
     def params(self) -> dict[str, Any]:
-        return flatten(self.config)
+        return flatten(self.config, leaf=_scalar)
 
     @property
     def store_dir(self) -> Path:
@@ -121,17 +124,9 @@ def open_trackers(logger: dict[str, Any] | None, info: RunInfo) -> list[Tracker]
     return trackers
 
 
-def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}; lists and None become strings (trackers take scalars)."""
-    flat: dict[str, Any] = {}
-    if isinstance(node, dict):
-        for key, value in node.items():
-            flat.update(flatten(value, f"{prefix}{key}."))
-        if not node and prefix:
-            flat[prefix[:-1]] = "{}"
-        return flat
-    value = node if isinstance(node, (bool, int, float, str)) else str(node)
-    return {prefix[:-1]: value}
+def _scalar(value: Any) -> Any:
+    """Trackers take scalars: lists, None and empty mappings become strings."""
+    return value if isinstance(value, (bool, int, float, str)) else str(value)
 
 
 def sweep_of(run_dir: Path) -> Path | None:
@@ -160,7 +155,7 @@ def run_info(plan: Any, config: dict[str, Any]) -> RunInfo:
         point=run_dir.name if sweep_dir is not None else None,
         config=config,
         tags=tags,
-        family="gan" if plan.engine == "mmgen" else "snn",
+        logs_through_mmcv=for_engine(plan.engine).logs_through_mmcv,
     )
 
 
@@ -188,3 +183,22 @@ def _each_sweep_hook(hook: str, logger: dict[str, Any] | None, *args: Any) -> No
             function(logger[name] or {}, *args)
         except Exception as error:
             log.warning("tracker %s: %s failed (%s)", name, hook, error)
+
+
+def where_to_look(run_dir: Path, logger: dict[str, Any]) -> str:
+    """The lines a finished run prints: where to look at it in each selected tracker."""
+    where = sweep_of(run_dir) or run_dir
+    lines = []
+    if "tensorboard" in logger:
+        lines.append(f"  tensorboard   tensorboard --logdir {where.resolve()}")
+    if "mlflow" in logger:
+        from experiments.loggers import mlflow
+
+        uri = mlflow.tracking_uri(logger["mlflow"] or {}, where)
+        lines.append(f"  mlflow        mlflow ui --backend-store-uri {uri}")
+    if "wandb" in logger and (logger["wandb"] or {}).get("mode", "offline") == "offline":
+        lines.append(f"  wandb         wandb sync {run_dir.resolve()}/wandb/offline-run-*")
+    if "csv" in logger:
+        folder = (logger["csv"] or {}).get("dir", "csv")
+        lines.append(f"  csv           {run_dir.resolve() / folder / 'metrics.csv'}")
+    return "".join(f"\n{line}" for line in lines)

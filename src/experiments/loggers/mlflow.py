@@ -77,7 +77,7 @@ class MLflowTracker:
     def __init__(self, settings: dict[str, Any], info: RunInfo) -> None:
         self.settings = settings
         self.info = info
-        self.uses_mmcv_hook = info.family == "gan"
+        self.uses_mmcv_hook = info.logs_through_mmcv
         self.uri = tracking_uri(settings, info.store_dir)
         self.client: Any = None
         self.run_id: str | None = None

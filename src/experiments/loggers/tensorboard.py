@@ -24,7 +24,7 @@ class TensorBoardTracker:
     def __init__(self, settings: dict[str, Any], info: RunInfo) -> None:
         self.settings = settings
         self.info = info
-        self.uses_mmcv_hook = info.family == "gan"
+        self.uses_mmcv_hook = info.logs_through_mmcv
         self.log_dir = info.run_dir / DIRNAME
         self._writer: Any = None
 

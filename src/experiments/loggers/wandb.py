@@ -64,7 +64,7 @@ class WandbTracker:
     def __init__(self, settings: dict[str, Any], info: RunInfo) -> None:
         self.settings = settings
         self.info = info
-        self.uses_mmcv_hook = info.family == "gan"
+        self.uses_mmcv_hook = info.logs_through_mmcv
         self.kwargs = init_kwargs(settings, info)
         self.run: Any = None
 

@@ -19,12 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.families import Family, for_points
 from experiments.report import figures as figs
 from experiments.report import seeds
-from experiments.report.families import GAN, SNN, Family, family
 from experiments.report.points import PointIndex, replacing
 
-__all__ = ["GAN", "SNN", "format_outcome", "format_run", "update_report", "write_report"]
+__all__ = ["format_outcome", "format_run", "update_report", "write_report"]
 
 FIGURE_INTERVAL_S = 60.0
 
@@ -39,7 +39,7 @@ def swept_keys(points: list[dict[str, Any]]) -> list[str]:
     return [k for k in keys if len({p["overrides"].get(k) for p in points}) > 1]
 
 
-def rows(points: list[dict[str, Any]], keys: list[str], fam: Family = SNN) -> list[dict[str, Any]]:
+def rows(points: list[dict[str, Any]], keys: list[str], fam: Family) -> list[dict[str, Any]]:
     table = []
     for point in points:
         summary = point["summary"]
@@ -86,7 +86,7 @@ def write_report(
     if figures is None:
         figures = time.time() - (index.get("figures_at") or 0.0) >= FIGURE_INTERVAL_S
     keys = swept_keys(points)
-    fam = family(points)
+    fam = for_points(points)
     table = rows(points, keys, fam)
     columns = ["point", *keys, "status", *fam.metrics, "wall_time_s", "seed", "error"]
     if any(row["slurm_job"] for row in table):
@@ -173,7 +173,7 @@ def _markdown(
     counts: dict[str, int],
     ranked: list[dict[str, Any]],
     plots: list[str],
-    fam: Family = SNN,
+    fam: Family,
     seed_lines: list[str] | None = None,
 ) -> str:
     objective = fam.objective

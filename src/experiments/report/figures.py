@@ -14,7 +14,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from experiments.report.families import Family
+from experiments.families import Family
 from experiments.report.points import curve as read_curve
 from experiments.report.points import replacing
 

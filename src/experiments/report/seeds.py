@@ -19,7 +19,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from experiments.report.families import Family
+from experiments.families import Family
 from experiments.report.points import curve as read_curve
 from experiments.report.points import replacing
 

@@ -29,13 +29,6 @@ from experiments.known_keys import nearest
 
 KEYS = ("patience", "metric", "mode", "min_delta")
 MODES = ("auto", "max", "min")
-# What each family's loop evaluates while it trains (what can be monitored).
-SNN_METRICS = ("val_accuracy", "val_loss", "train_loss")
-GAN_METRICS = ("loss_gen", "loss_disc")
-ENGINES_WITHOUT_HOOKS = {
-    "spikingjelly": "SpikingJelly's train_classification loop has no hook or callback to stop "
-    "it early; use trainer.engine=cpu or trainer=classify",
-}
 BEST = "best"  # the CPU engine's best checkpoint: <run>/checkpoints/best/step_N/
 
 
@@ -59,8 +52,15 @@ class EarlyStopping:
         return value < best - self.min_delta
 
 
-def from_trainer(trainer: dict[str, Any], gan: bool, engine: str) -> EarlyStopping | None:
-    """`trainer.early_stopping` checked; None when off (patience null). Raises ConfigError
+def from_trainer(
+    trainer: dict[str, Any],
+    metrics: tuple[str, ...],
+    refused: str | None = None,
+    source: str = "the run evaluates",
+) -> EarlyStopping | None:
+    """`trainer.early_stopping` checked; None when off (patience null). `metrics`: what the
+    family's loop evaluates while it trains (the first is `auto`), `source` who does;
+    `refused`: why the run's engine cannot stop early, if it cannot. Raises ConfigError
     naming the key, the bad value and a valid choice."""
     node = trainer.get("early_stopping")
     if node is None:
@@ -79,20 +79,16 @@ def from_trainer(trainer: dict[str, Any], gan: bool, engine: str) -> EarlyStoppi
             patience,
             "an integer >= 1 (evaluations without improvement before stopping), or null: off",
         )
-    if engine in ENGINES_WITHOUT_HOOKS:
-        raise ConfigError(
-            "trainer.early_stopping.patience", patience, ENGINES_WITHOUT_HOOKS[engine]
-        )
-    metrics = GAN_METRICS if gan else SNN_METRICS
+    if refused:
+        raise ConfigError("trainer.early_stopping.patience", patience, refused)
     metric = node.get("metric", "auto")
     if metric == "auto":
         metric = metrics[0]
     if metric not in metrics:
-        kind = "a GAN run logs" if gan else "an SNN run evaluates"
         raise ConfigError(
             "trainer.early_stopping.metric",
             metric,
-            f"one of auto, {', '.join(metrics)} (what {kind} while it trains)",
+            f"one of auto, {', '.join(metrics)} (what {source} while it trains)",
         )
     mode = node.get("mode", "auto")
     if mode not in MODES:
@@ -105,9 +101,15 @@ def from_trainer(trainer: dict[str, Any], gan: bool, engine: str) -> EarlyStoppi
     return EarlyStopping(metric, mode, patience, float(delta))
 
 
-def attach(plan: Any, trainer: dict[str, Any], gan: bool) -> Any:
-    """Planning: the plan carries its checked early-stopping settings (or None)."""
-    plan.early_stopping = from_trainer(trainer, gan, plan.engine)
+def attach(plan: Any, trainer: dict[str, Any], family: Any) -> Any:
+    """Planning: the plan carries its checked early-stopping settings (or None). `family`
+    (experiments.families.Family) says what can be monitored and which engines cannot stop."""
+    plan.early_stopping = from_trainer(
+        trainer,
+        family.monitored,
+        family.no_early_stopping.get(plan.engine),
+        family.monitored_source,
+    )
     return plan
 
 
@@ -269,74 +271,3 @@ def broadcast_from_rank0(value: Any) -> Any:
     holder = [value]
     dist.broadcast_object_list(holder, src=0)
     return holder[0]
-
-
-def mmcv_hook(
-    monitor: Monitor,
-    interval: int,
-    losses: Callable[[dict[str, Any]], dict[str, float]],
-    save_best: bool = True,
-) -> Any:
-    """The mmcv hook for GAN runs (registered on first use, nothing in mmcv edited): every
-    `interval` iterations it reads the iteration's losses as the record hook does, asks the
-    monitor, keeps `best.pth` beside MMGen's iter_N.pth when the metric improved, and ends the
-    runner after this iteration when patience is used up (its checkpoint and record hooks see
-    that iteration as the last and save and record it). `losses` is the GAN engine's own
-    reading of MMGen's loss terms (given, not imported: run/ imports no family)."""
-    from mmcv.runner import HOOKS, Hook
-
-    name = "ExperimentsEarlyStoppingHook"
-    if name not in HOOKS.module_dict:
-
-        class ExperimentsEarlyStoppingHook(Hook):
-            def __init__(
-                self, monitor: Monitor, interval: int, losses: Any, save_best: bool
-            ) -> None:
-                self.monitor = monitor
-                self.losses = losses
-                self.interval = interval
-                self.save_best = save_best
-
-            def after_train_iter(self, runner: Any) -> None:
-                done = runner.iter + 1
-                if done % self.interval and done != runner.max_iters:
-                    return
-                log_vars = runner.outputs.get("log_vars", {})
-                record = {k: float(v) for k, v in log_vars.items() if isinstance(v, (int, float))}
-                record.update(self.losses(record))
-                verdict = self.monitor.after_evaluation(done, None, record)
-                if verdict.improved and self.save_best:
-                    self._save_best(runner)
-                if verdict.stop and done < runner.max_iters:
-                    runner._max_iters = done  # the runner's loop ends after this iteration
-
-            def _save_best(self, runner: Any) -> None:
-                import os
-                from pathlib import Path
-
-                from mmcv.runner import CheckpointHook
-
-                checkpoint = next((h for h in runner.hooks if isinstance(h, CheckpointHook)), None)
-                if checkpoint is None:
-                    return
-                out = Path(checkpoint.out_dir)
-                if runner.rank == 0:  # atomic, as our checkpoint hook writes iter_N.pth
-                    out.mkdir(parents=True, exist_ok=True)
-                    runner.save_checkpoint(
-                        str(out), filename_tmpl=".best.pth.partial", create_symlink=False
-                    )
-                    with open(out / ".best.pth.partial", "rb") as handle:
-                        os.fsync(handle.fileno())
-                    os.replace(out / ".best.pth.partial", out / "best.pth")
-                self.monitor.kept(out / "best.pth")
-
-        HOOKS.register_module(name=name, module=ExperimentsEarlyStoppingHook)
-    # ABOVE_NORMAL: before the checkpoint hook (NORMAL), which then saves the last iteration
-    return dict(
-        type=name,
-        monitor=monitor,
-        interval=interval,
-        losses=losses,
-        save_best=save_best,
-        priority="ABOVE_NORMAL",
-    )

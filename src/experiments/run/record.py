@@ -1,4 +1,5 @@
-"""The run directory's record: summary.json, metrics.jsonl, TensorBoard events.
+"""The run directory's record: summary.json, metrics.jsonl and steps.jsonl, and every record
+handed on to the selected loggers (TensorBoard events, CSV, MLflow, W&B: loggers/).
 
 Only rank 0 writes. summary.json is replaced atomically (write, fsync, rename), so a reader
 or a crash never sees half of it. A write that fails for lack of space (a full disk, a quota)

@@ -1,2 +1,3 @@
 """The SNN family: SpikingJelly models (`models/`), the plan that checks an SNN run
-(`plan.py`), and the engines that train it (`engines/`)."""
+(`plan.py`; the classic Trainer's part in `classify_plan.py`), the engines that train it
+(`engines/`), and `family.py`, what the shared code knows of it (experiments/families.py)."""

@@ -29,7 +29,8 @@ from experiments.composition import (
 from experiments.errors import ConfigError
 from experiments.known_keys import nearest
 from experiments.launchers import launcher_module
-from experiments.snn.engines import classify
+from experiments.snn import classify_plan
+from experiments.snn.family import OBJECTIVE
 from experiments.snn.models import capabilities, instantiate_model_config, parameter_count
 from experiments.topology import ParallelDims, parallel_dims
 
@@ -61,7 +62,7 @@ class RunPlan:
     # trainer=classify: SpikingJelly's train_classify.Trainer command line (engines/classify.py)
     trainer_args: list[str] = field(default_factory=list)
 
-    objective: str = "val_accuracy"  # the metric a sweep optimises and a re-run reports
+    objective: str = OBJECTIVE  # the metric a sweep optimises and a re-run reports
 
     @property
     def seed(self) -> int:
@@ -479,11 +480,11 @@ def build_snn_plan(
                 "null: MMGen's resume_from/load_from apply to GAN models; an SNN run resumes "
                 "with resume=auto (its own checkpoints) or resume=<checkpoint directory>",
             )
-    classic = classify.is_classify(values["trainer"])  # SpikingJelly's classic Trainer
+    classic = classify_plan.is_classify(values["trainer"])  # SpikingJelly's classic Trainer
     if classic:
-        classify.check_resume(values.get("resume"), values["trainer"].get("test_only"))
+        classify_plan.check_resume(values.get("resume"), values["trainer"].get("test_only"))
         resume = values.get("resume")
-        trainer = classify.check_keys(values["trainer"])
+        trainer = classify_plan.check_keys(values["trainer"])
     else:
         resume = _resume(values.get("resume"))
         trainer = _trainer(values["trainer"])
@@ -505,8 +506,8 @@ def build_snn_plan(
 
     if classic:
         engine = "classify"
-        classify.check_extension(trainer, extensions)
-        device = classify.check_run(
+        classify_plan.check_extension(trainer, extensions)
+        device = classify_plan.check_run(
             trainer,
             dims=dims,
             has_cuda=module.has_cuda(launcher),
@@ -525,7 +526,7 @@ def build_snn_plan(
     training_config = _training_config(
         model_config,
         values,
-        classify.training_view(trainer) if classic else trainer,
+        classify_plan.training_view(trainer) if classic else trainer,
         optimizer_name,
         optimizer_kwargs,
         data_kwargs,
@@ -548,7 +549,7 @@ def build_snn_plan(
         resume=resume,
         trainer=trainer,
         extensions=extensions,
-        trainer_args=classify.arguments(
+        trainer_args=classify_plan.arguments(
             trainer,
             device=device,
             optimizer=optimizer_name,

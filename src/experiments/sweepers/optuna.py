@@ -304,10 +304,9 @@ def _recorded_values(run_dir: Path) -> list[float] | None:
     summary = read_summary(run_dir)
     if not summary or summary.get("status") != "completed":
         return None
-    from experiments.gan.plan import OBJECTIVE as GAN_OBJECTIVE
-    from experiments.snn.plan import RunPlan
+    from experiments.families import for_summary
 
-    objective = GAN_OBJECTIVE if summary.get("engine") == "mmgen" else RunPlan.objective
+    objective = for_summary(summary).objective
     value = summary.get("metrics", {}).get(objective)
     if not isinstance(value, int | float) or not math.isfinite(value):
         return None

@@ -1,0 +1,104 @@
+"""How a sweep (or a Slurm submission, which Hydra runs as a one-point sweep) is launched,
+seen from the login: what is checked before anything is submitted, how the points' plans show
+the one job array they will be, and what Ctrl-C at the login does. Called by callbacks.py
+through experiments.launchers."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from experiments.run.record import user_command
+
+
+def before_submission(config: DictConfig) -> None:
+    """Slurm: sbatch is there and the account/partition answer; one line and nothing
+    written when not (launchers/slurm.py)."""
+    launcher = slurm_fields(config)
+    if launcher is not None:
+        from experiments.launchers import slurm
+
+        slurm.prepare_submission(launcher)
+
+
+def plan_launch(config: DictConfig, plans: list[Any]) -> None:
+    """hydra-submitit-launcher submits a sweep's points as one job array."""
+    launcher = slurm_fields(config)
+    if launcher is not None and len(plans) > 1:
+        _as_one_array(plans, launcher, len(plans))
+
+
+def login_catches_ctrl_c(config: DictConfig) -> None:
+    """From here on Ctrl-C at the sweep's login stops it the launcher's way."""
+    if slurm_fields(config) is None:
+        from experiments.launchers import local
+
+        local.login_catches_ctrl_c()
+    else:
+        _slurm_login_catches_ctrl_c(Path(config.hydra.sweep.dir))
+
+
+def slurm_fields(config: DictConfig) -> dict[str, Any] | None:
+    """The launcher fields when hydra-submitit-launcher submits to Slurm, else None."""
+    if not str(config.hydra.launcher.get("_target_", "")).endswith("SlurmLauncher"):
+        return None
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(config.launcher, resolve=True)  # type: ignore[return-value]
+
+
+def _as_one_array(plans: list[Any], launcher: dict[str, Any], points: int) -> None:
+    """hydra-submitit-launcher submits a sweep's points as one job array, with the sweep's
+    (not a point's) launcher fields: each point's plan shows that one sbatch script."""
+    from experiments.launchers import slurm
+
+    for plan in plans:
+        if plan is not None:
+            plan.launch_command = slurm.command(launcher, [], str(plan.run_dir), points=points)
+
+
+def _slurm_login_catches_ctrl_c(sweep_dir: Path) -> None:
+    """Ctrl-C at the login of a blocking Slurm sweep: the jobs are Slurm's, not this
+    process's children, so they are left running (a stray Ctrl-C never throws away cluster
+    work). The report is written as it stands, and the message names the jobs, how to stop
+    them (scancel: their running points checkpoint and end `interrupted`, pending ones never
+    start) and that the same command continues the sweep."""
+    import signal
+    import time
+
+    started = time.time() - 1
+
+    def handle(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C: at once
+        from experiments.report import format_outcome, write_report
+
+        try:
+            print(format_outcome(sweep_dir, write_report(sweep_dir)))
+        except Exception as error:  # the message below matters more than the report
+            print(f"(sweep report not written: {error})", file=sys.stderr)
+        jobs = submitted_jobs(sweep_dir / ".submitit", started)
+        named = " ".join(jobs) or "(none submitted yet)"
+        print(
+            f"Ctrl-C: the Slurm jobs of this sweep were left running: {named}; they record "
+            f"their points themselves. To stop them: scancel {named} (running points stop "
+            "after a checkpoint, `interrupted`; pending ones never start). Once they have "
+            f"ended, the same command continues the sweep: {user_command()}",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(130)
+
+    signal.signal(signal.SIGINT, handle)
+
+
+def submitted_jobs(folder: Path, since: float) -> list[str]:
+    """The Slurm job (array) ids this login submitted: submitit's folders made since."""
+    try:
+        entries = [p for p in folder.iterdir() if p.is_dir() and p.stat().st_mtime >= since]
+    except OSError:
+        return []
+    ids = {p.name.split("_")[0] for p in entries if p.name.split("_")[0].isdigit()}
+    return sorted(ids, key=int)

@@ -1,0 +1,104 @@
+"""What summary.json holds when a run starts, and how its end is recorded when it is not a
+clean finish (a failed sweep point, a full disk, a peer rank's failure). Apart from record.py
+(how records are written) so the launching side (launchers/children.py) and the run itself
+(train.py) record the same way."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from experiments.run import failures
+from experiments.run.record import (
+    NoSpaceError,
+    RunRecorder,
+    git_commit,
+    read_summary,
+    user_command,
+    versions,
+    write_json_atomic,
+)
+
+# What summary.json copies from the plan (plan.as_dict()) when the run starts.
+PLAN_FIELDS = (
+    "model",
+    "data",
+    "topology",
+    "launcher",
+    "engine",
+    "device",
+    "backend",
+    "world_size",
+    "mesh",
+    "batch",
+    "parameters",
+    "run_dir",
+)
+
+
+def start_summary(
+    plan: Any, cwd: str, previous: dict[str, Any] | None, slurm: dict[str, Any] | None
+) -> dict[str, Any]:
+    """summary.json as a run starts: the plan, the command, versions, code and counters
+    carried over from the run's earlier launches; `slurm` is the job's record under Slurm."""
+    described = plan.as_dict()
+    summary = {key: described[key] for key in PLAN_FIELDS}
+    summary.update(
+        seed=plan.seed,
+        command=user_command(),
+        overrides=plan.overrides,
+        versions=versions(),
+        git_commit=git_commit(cwd) or git_commit(str(Path(__file__).parent)),
+        resumes=(previous or {}).get("resumes", 0),
+        extensions=(previous or {}).get("extensions", []),
+        # torchrun restarts after a rank died (launcher.max_restarts); 0 elsewhere
+        restarts=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        # the warm process this sweep point was forked from (launcher.warm_points); else null
+        warm_worker=int(os.environ.get("EXPERIMENTS_WARM_WORKER", "0")) or None,
+    )
+    if slurm is not None:
+        summary["slurm"] = slurm
+    return summary
+
+
+def write_plan(plan: Any) -> Path:
+    """plan.json in the run directory: the artefact every tracker gets first."""
+    plan_file = plan.run_dir / "plan.json"
+    plan_file.write_text(json.dumps(plan.as_dict(), indent=2, default=str), encoding="utf-8")
+    return plan_file
+
+
+def record_failure(run_dir: Path, overrides: list[str], error: BaseException) -> None:
+    """summary.json says `failed` with the error (kept when it already says so: the run's
+    own, more precise record wins)."""
+    summary = read_summary(run_dir) or {"overrides": overrides}
+    if summary.get("status") != "failed":
+        summary.update(status="failed", error=f"{type(error).__name__}: {error}")
+        write_json_atomic(run_dir / "summary.json", summary)
+
+
+def finish_no_space(recorder: RunRecorder, full: NoSpaceError) -> None:
+    """A full disk or quota: one line (the path, the bytes it needed), no traceback. The
+    failed write left the previous checkpoint and records as they were; summary.json says
+    `failed` if even that small write still fits."""
+    print(f"{chr(10) if sys.stderr.isatty() else ''}error: {full}", file=sys.stderr)  # past a bar
+    try:
+        recorder.finish("failed", error=str(full))
+    except NoSpaceError:
+        print(f"  (summary.json could not be updated either: {_free(recorder)})", file=sys.stderr)
+
+
+def _free(recorder: RunRecorder) -> str:
+    try:
+        return f"{shutil.disk_usage(recorder.run_dir).free} bytes free"
+    except OSError as error:
+        return str(error)
+
+
+def finish_failed(recorder: RunRecorder, cause: dict[str, Any]) -> None:
+    """Rank 0 records a multi-rank run's failure under the rank that caused it."""
+    recorder.finish("failed", **failures.summary_fields(cause))

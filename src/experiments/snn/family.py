@@ -1,0 +1,83 @@
+"""The SNN family as the shared code sees it (experiments/families.py): SpikingJelly models,
+our CPU engine, SpikingJelly's own loop and its classic Trainer.
+
+Kept light (no torch, no SpikingJelly at import): the registry reads it to pick a family
+before anything heavy is imported; engines and the planner are named, imported when used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from experiments.families import Curve, Family
+
+OBJECTIVE = "val_accuracy"  # the metric a sweep optimises and a re-run reports
+# Engines whose train_loss is the last epoch's mean (ours logs the last step's).
+EPOCH_MEAN_LOSS = ("classify", "spikingjelly")
+
+
+def _owns(model: Mapping[str, Any]) -> bool:
+    return model.get("family", "snn") == "snn"  # the default: SNN models carry no `family:`
+
+
+def completed_lines(plan: Any, summary: dict[str, Any]) -> str:
+    metrics = summary["metrics"]
+    kind = "last epoch mean" if plan.engine in EPOCH_MEAN_LOSS else "last step"
+    return (
+        f"\nRun completed in {summary['wall_time_s']:.1f} s "
+        f"({metrics['steps']} steps, {summary['engine']} engine, "
+        f"world size {summary['world_size']})\n"
+        f"  val_accuracy  {metrics['val_accuracy']:.4f}\n"
+        f"  val_loss      {metrics['val_loss']:.4f}\n"
+        f"  train_loss    {metrics['train_loss']:.4f} ({kind})\n"
+        f"  images/s      {metrics['images_per_second']:.1f}\n"
+        + _profile_line(metrics)
+        + f"  run directory {plan.run_dir.resolve()}"
+    )
+
+
+def _profile_line(metrics: dict[str, Any]) -> str:
+    if "profile_step_ms_per_rank" not in metrics:
+        return ""
+    steps, collectives = (
+        metrics["profile_step_ms_per_rank"],
+        metrics["profile_collective_ms_per_rank"],
+    )
+    per_rank = ", ".join(f"{c / s:.0%}" for s, c in zip(steps, collectives, strict=True) if s)
+    return (
+        f"  profile       {max(steps):.0f} ms/step, collectives in flight {per_rank} "
+        f"(per rank; traces in profile/, TensorBoard's PyTorch Profiler tab)\n"
+    )
+
+
+FAMILY = Family(
+    name="snn",
+    owns=_owns,
+    engines={
+        "cpu": "experiments.snn.engines.cpu",
+        "spikingjelly": "experiments.snn.engines.spikingjelly",
+        "classify": "experiments.snn.engines.classify",
+    },
+    planner="experiments.snn.plan:build_snn_plan",
+    objective=OBJECTIVE,
+    higher_is_better=True,
+    metrics=("val_accuracy", "val_loss", "train_loss", "images_per_second", "steps"),
+    curves=(
+        Curve("metrics.jsonl", "epoch", "val_accuracy", "epoch", "Validation accuracy"),
+        Curve("steps.jsonl", "step", "loss", "optimizer step", "Training loss"),
+    ),
+    monitored=("val_accuracy", "val_loss", "train_loss"),
+    monitored_source="an SNN run evaluates",
+    no_early_stopping={
+        "spikingjelly": "SpikingJelly's train_classification loop has no hook or callback to "
+        "stop it early; use trainer.engine=cpu or trainer=classify",
+    },
+    completed_lines=completed_lines,
+    evaluator="experiments.snn.evaluate",
+    warm_modules=(
+        "experiments.snn.plan",
+        "experiments.snn.models.sew_resnet",
+        "experiments.snn.models.spikformer",
+    ),
+)
