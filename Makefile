@@ -2,7 +2,7 @@
 # GANs need MMGeneration on mmcv-full, a 20-30 minute build the first time (the wheel is then
 # cached in ~/.cache/experiments/wheels): `make setup-gan`. SNN-only users never wait for it;
 # `make test` installs everything because the suite covers both families.
-.PHONY: setup setup-gan setup-trackers train test check lint bench mutants
+.PHONY: setup setup-gan setup-loggers train test check lint bench mutants
 
 setup:
 	./scripts/setup.sh
@@ -11,9 +11,9 @@ setup-gan: setup
 	./scripts/gan/install_gan.sh .venv
 
 # MLflow and W&B for logger=mlflow|wandb (optional: TensorBoard and CSV need nothing more).
-# The list is pyproject's `trackers` extra (installing ".[trackers]" would rebuild the package).
-setup-trackers: setup
-	.venv/bin/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['trackers'], sep='\n')" \
+# The list is pyproject's `loggers` extra (installing ".[loggers]" would rebuild the package).
+setup-loggers: setup
+	.venv/bin/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['loggers'], sep='\n')" \
 		| xargs -d '\n' .venv/bin/python -m pip install --quiet
 
 train: setup
@@ -22,12 +22,12 @@ train: setup
 # Two pytest-xdist workers, a file at a time, the longest files first (tests/conftest.py).
 XDIST = -n 2 --dist loadfile --no-loadscope-reorder
 
-test: setup-gan setup-trackers
+test: setup-gan setup-loggers
 	.venv/bin/python -m pytest $(XDIST) --durations=20 $(PYTEST_ARGS)
 
 # The inner loop (<= 3 min): config validation, the whole config matrix, one tiny real run per
 # family (tests marked `smoke`). CI still runs `make test`.
-check: setup-gan setup-trackers
+check: setup-gan setup-loggers
 	.venv/bin/python -m pytest $(XDIST) -m "not slow or smoke" --durations=10 $(PYTEST_ARGS)
 
 lint: setup

@@ -28,7 +28,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from experiments.plan import build_plan
-from experiments.snn.plan import RunPlan
+from experiments.snn.plan import SNNPlan
 
 from .support import processes
 
@@ -209,7 +209,7 @@ def compose_run(overrides: list[str]) -> DictConfig:
     return cfg
 
 
-def plan_for(overrides: list[str], run_dir: str = "/tmp/experiments-test-run") -> RunPlan:
+def plan_for(overrides: list[str], run_dir: str = "/tmp/experiments-test-run") -> SNNPlan:
     cfg = compose_run(overrides)
     return build_plan(cfg, run_dir, overrides, dict(cfg.hydra.runtime.choices))
 

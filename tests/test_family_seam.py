@@ -47,7 +47,7 @@ def test_a_third_family_plans_runs_and_reports_with_no_edit_to_the_package(
         assert (summary["status"], summary["engine"]) == ("completed", "toy")
         assert summary["metrics"]["score"] == score
         csv_metrics = (sweep / point / "csv" / "metrics.csv").read_text()
-        assert "score" in csv_metrics  # the trackers got its per-step records
+        assert "score" in csv_metrics  # the loggers got its per-step records
     with open(sweep / "report.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert [(r["point"], float(r["score"])) for r in rows] == [("0", 1.5), ("1", 6.0)]

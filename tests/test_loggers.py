@@ -1,5 +1,5 @@
-"""The logger group: each tracker read back through its own API or files after a tiny SNN
-run, a tiny GAN run and a 2-point sweep; trackers that cannot work refused before launch."""
+"""The logger group: each logger read back through its own API or files after a tiny SNN
+run, a tiny GAN run and a 2-point sweep; loggers that cannot work refused before launch."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def snn_run(module_tmp: Callable[[str], Path]) -> Path:
 
 
 @pytest.mark.slow
-def test_snn_run_in_every_tracker(snn_run: Path) -> None:
+def test_snn_run_in_every_logger(snn_run: Path) -> None:
     steps = jsonl(snn_run / "steps.jsonl")
     epochs = jsonl(snn_run / "metrics.jsonl")
     summary = json.loads((snn_run / "summary.json").read_text())
@@ -162,7 +162,7 @@ def summary_lr(run_dir: Path) -> float:
 def test_gan_run_logs_through_mmcv_hooks(tmp_path: Path) -> None:
     """Per-iteration metrics come from mmcv's own logger hooks (their tags: learning_rate/*,
     momentum/*, the raw loss terms); parameters, tags, final metrics and the sample grids from
-    the tracker, into the same run."""
+    the logger, into the same run."""
     pytest.importorskip("mmgen")
     run_dir = tmp_path / "gan"
     result = run_cli([*GAN, ALL, f"hydra.run.dir={run_dir}"], cwd=tmp_path, timeout=300)
@@ -259,14 +259,14 @@ def test_wandb_online_without_a_login_is_refused(
     assert refused.value.key == "logger.wandb.mode" and "wandb login" in str(refused.value)
 
 
-def test_an_unknown_tracker_setting_names_the_nearest_key() -> None:
+def test_an_unknown_logger_setting_names_the_nearest_key() -> None:
     with pytest.raises(ConfigError) as refused:
         plan_for(["logger=mlflow", "+logger.mlflow.experiment=x"])
     assert "did you mean logger.mlflow.experiment_name?" in str(refused.value)
 
 
 @pytest.mark.slow
-def test_a_tracker_that_is_not_installed_is_one_line_before_launch(tmp_path: Path) -> None:
+def test_a_logger_that_is_not_installed_is_one_line_before_launch(tmp_path: Path) -> None:
     site = str(REPO / "tests" / "support" / "site")
     env = {
         "EXPERIMENTS_TEST_HIDE_MODULES": "wandb",
@@ -275,8 +275,8 @@ def test_a_tracker_that_is_not_installed_is_one_line_before_launch(tmp_path: Pat
     result = run_cli([*SNN, "logger=[tensorboard,wandb]"], cwd=tmp_path, env=env)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "error: invalid config: logger='wandb': wandb is not installed: make setup-trackers "
-        "(or pip install '.[trackers]' in the checkout), or leave it out of logger="
+        "error: invalid config: logger='wandb': wandb is not installed: make setup-loggers "
+        "(or pip install '.[loggers]' in the checkout), or leave it out of logger="
     ]
     assert not (tmp_path / "outputs").exists()
 
@@ -288,15 +288,15 @@ def test_a_resumed_run_keeps_its_csv_rows_up_to_the_checkpoint(tmp_path: Path) -
     """A resumed run's CSV goes on from the checkpoint, as metrics.jsonl does: the rows up to
     it kept as they were, the later ones replaced."""
     from experiments.loggers import RunInfo
-    from experiments.loggers.csv import CSVTracker
+    from experiments.loggers.csv import CSVLogger
 
     info = RunInfo(tmp_path, "run", None, None, {"trainer": {"batch_size": 16}})
-    first = CSVTracker({}, info)
+    first = CSVLogger({}, info)
     first.start()
     for step in range(1, 6):
         first.log({"train/loss": float(step)}, step)
     first.log({"epoch/val_accuracy": 0.5}, 5)  # a new column: the file is rewritten
-    resumed = CSVTracker({}, info)  # a new process, resuming from step 3
+    resumed = CSVLogger({}, info)  # a new process, resuming from step 3
     resumed.start()
     resumed.truncate(after_step=3)
     resumed.log({"train/loss": 40.0}, 4)
@@ -308,7 +308,7 @@ def test_a_resumed_run_keeps_its_csv_rows_up_to_the_checkpoint(tmp_path: Path) -
 
 
 @pytest.mark.slow
-def test_an_snn_tracker_failing_mid_run_is_dropped_and_the_run_goes_on(tmp_path: Path) -> None:
+def test_an_snn_logger_failing_mid_run_is_dropped_and_the_run_goes_on(tmp_path: Path) -> None:
     """The CSV store fails at its 2nd write, step 2 (test-only sitecustomize): one warning, the
     CSV is never written again (its step-1 row stays; the epoch's metrics would be a second),
     TensorBoard and steps.jsonl get every step, the run completes."""
@@ -327,12 +327,12 @@ def test_an_snn_tracker_failing_mid_run_is_dropped_and_the_run_goes_on(tmp_path:
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed"
     log = (run_dir / "train.log").read_text()
-    assert log.count("tracker csv failed in log") == 1 and "injected failure" in log
+    assert log.count("logger csv failed in log") == 1 and "injected failure" in log
     steps = [r["step"] for r in read_jsonl(run_dir / "steps.jsonl")]
     assert steps == [1, 2]
     assert [row["step"] for row in csv_rows(run_dir)] == ["1"]  # nothing after the failure
     scalars, _ = tensorboard_events(run_dir / "tensorboard")
-    assert [step for step, _ in scalars["train/loss"]] == steps  # the other tracker: every step
+    assert [step for step, _ in scalars["train/loss"]] == steps  # the other logger: every step
 
 
 @pytest.mark.gan

@@ -67,7 +67,7 @@ def step_folders(run_dir: Path) -> list[str]:
 def test_resume_extension_torn_checkpoint_eval_and_fresh_start(tmp_path: Path, figures) -> None:
     """One run's life on SpikingJelly's loop, each stage checked on its files:
     1. 3 steps (max_steps=3; checkpoints at 2 and 3, the last one by our step hook), with a
-       CSV tracker and the report's train_loss label;
+       CSV logger and the report's train_loss label;
     2. experiments-eval reads its DCP checkpoint and reproduces the final val metrics (1e-6);
     3. a torn newer folder (step_5 without .metadata, as a killed writer leaves it) is
        skipped with one line and removed; raising max_steps to 5 resumes mid-epoch at step 3
@@ -80,7 +80,7 @@ def test_resume_extension_torn_checkpoint_eval_and_fresh_start(tmp_path: Path, f
     first = summary(run_dir)
     # the report names SpikingJelly's train_loss for what it is (train.py _report)
     assert "(last epoch mean)" in output and "(last step)" not in output
-    # a tracker gets the step hook's train/loss per step and the library's epoch record
+    # a logger gets the step hook's train/loss per step and the library's epoch record
     with open(run_dir / "csv" / "metrics.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert [r["step"] for r in rows if r.get("train/loss")] == ["1", "2", "3"]

@@ -153,7 +153,7 @@ def test_warm_points_fork_from_one_process_and_a_crash_fails_only_its_point(
     workers = {summaries[n]["warm_worker"] for n in "02"}
     assert len(workers) == 1 and None not in workers  # forked from one warm process
     cold = tmp_path / "cold"
-    # The cold run also shows logger=none: no tracker, the run's own record only.
+    # The cold run also shows logger=none: no logger, the run's own record only.
     single = run_cli([*POINT, "seed=5", "logger=none", f"hydra.run.dir={cold}"], cwd=tmp_path)
     assert single.returncode == 0, single.stderr[-3000:]
     assert json.loads((cold / "summary.json").read_text())["warm_worker"] is None

@@ -167,8 +167,8 @@ def stop_sweep(hydra_cfg: Any) -> None:
     sys.exit(130)
 
 
-def _prepare_trackers(config: DictConfig) -> None:
-    """The sweep's shared tracker stores, made once here rather than by racing points."""
+def _prepare_loggers(config: DictConfig) -> None:
+    """The sweep's shared logger stores, made once here rather than by racing points."""
     if not config.get("logger"):
         return
     from omegaconf import OmegaConf
@@ -255,7 +255,7 @@ class ExperimentsCallback(Callback):
                 )
                 sys.exit(0)
             _hold_sweep(config)
-            _prepare_trackers(config)
+            _prepare_loggers(config)
             return
         global sweep_size
         sweep_size = len(points)
@@ -294,7 +294,7 @@ class ExperimentsCallback(Callback):
                 _print(plan.as_text())
             sys.exit(0)
         _hold_sweep(config)
-        _prepare_trackers(config)
+        _prepare_loggers(config)
 
     @_refuse_on_failure
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:

@@ -1,7 +1,7 @@
 """A nested config as flat dotted keys: {"a": {"b": 1}} -> {"a.b": 1}.
 
 One function because three readers name a nested config's values the same way: a GAN model's
-`cfg_options` become MMGen's `--cfg-options` (gan/recipes.py), the trackers get the run's
+`cfg_options` become MMGen's `--cfg-options` (gan/recipes.py), the loggers get the run's
 config as flat parameters (loggers/), and the resume-time check compares a launch with the
 recorded run key by key (run/recorded_config.py).
 """

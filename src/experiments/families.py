@@ -3,8 +3,8 @@
 A family (spiking networks on SpikingJelly, GANs on MMGeneration, or one a user adds) is one
 `Family` object: which models it owns, its engines (name -> module), how it plans a run, the
 metric a search optimises, what the report draws, what a finished run prints and hands its
-trackers, how a recorded run is evaluated and sampled. Everything else (train.py, plan.py,
-launchers, trackers, report, status, sweepers, evaluate) asks this module, never a family
+loggers, how a recorded run is evaluated and sampled. Everything else (train.py, plan.py,
+launchers, loggers, report, status, sweepers, evaluate) asks this module, never a family
 package or an engine name, so adding a family is one module and one line here (or, for a
 package of your own, one entry point in the `experiments.families` group).
 
@@ -70,11 +70,11 @@ class Family:
     no_early_stopping: Mapping[str, str] = field(default_factory=dict)
     # the lines a finished run prints: function(plan, summary) -> str
     completed_lines: Callable[[Any, dict[str, Any]], str] | None = None
-    # what a finished run hands its trackers besides plan.json: function(run_dir, metrics)
+    # what a finished run hands its loggers besides plan.json: function(run_dir, metrics)
     artifacts: Callable[[Path, dict[str, Any]], list[Path]] = _no_artifacts
     # module with evaluate_run(run_dir, checkpoint, overrides) -> exit status (experiments-eval)
     evaluator: str | None = None
-    # per-iteration metrics reach trackers through mmcv's logger hooks (not our loop's log)
+    # per-iteration metrics reach loggers through mmcv's logger hooks (not our loop's log)
     logs_through_mmcv: bool = False
     # imported once by a local sweep's warm process (launchers/warm_points.py)
     warm_modules: tuple[str, ...] = ()

@@ -26,7 +26,7 @@ from experiments.run.recorded_config import check_against_record
 def build_plan(
     cfg: DictConfig, run_dir: Path | str, overrides: list[str], choices: dict[str, str]
 ) -> Any:
-    """The family's plan (snn.plan.RunPlan, gan.plan.GANPlan, ...): checked, not launched."""
+    """The family's plan (snn.plan.SNNPlan, gan.plan.GANPlan, ...): checked, not launched."""
     cfg = _placeholder_root_for_dry_run(cfg)
     values = _resolve(cfg)
     run_dir = Path(run_dir)

@@ -176,7 +176,7 @@ def run(
         watchdog.start()  # a peer that dies stops this rank too (run/failures.py)
     try:
         if recorder.enabled and logger:
-            recorder.trackers = loggers.open_trackers(logger, loggers.run_info(plan, config or {}))
+            recorder.loggers = loggers.open_loggers(logger, loggers.run_info(plan, config or {}))
             recorder.artifact(write_plan(plan))
         metrics = family.engine(plan.engine).train(plan, recorder)
     except SystemExit as stopped:  # by a signal (Slurm requeue, time limit) after a checkpoint

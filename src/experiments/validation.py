@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from typing import Any
 
 from experiments.errors import ConfigError
+from experiments.known_keys import nearest
 
 
 def integer(value: Any, key: str, minimum: int | None = None, maximum: int | None = None) -> int:
@@ -45,3 +47,27 @@ def _range(kind: str, minimum: int | None, maximum: int | None) -> str:
     if minimum is not None:
         return f"{kind} >= {minimum}"
     return kind
+
+
+def arguments(cls: type, kwargs: dict[str, Any], prefix: str, skip: int) -> None:
+    """The class's own signature decides: an argument it does not take, or a required one
+    that is missing, is refused before launch (not a TypeError once the run exists).
+    `skip` leading parameters (the optimizer's params, the scheduler's optimizer) are ours."""
+
+    parameters = list(inspect.signature(cls.__init__).parameters.values())[1 + skip :]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return
+    names = [p.name for p in parameters if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    for key, value in kwargs.items():
+        if key not in names:
+            hint = nearest(key, names, prefix, "it takes ")
+            raise ConfigError(f"{prefix}{key}", value, f"not an argument of {cls.__name__}; {hint}")
+    for parameter in parameters:
+        if parameter.default is inspect.Parameter.empty and parameter.name not in kwargs:
+            if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+                continue
+            raise ConfigError(
+                f"{prefix}{parameter.name}",
+                None,
+                f"required by {cls.__name__}; set +{prefix}{parameter.name}=<value>",
+            )

@@ -69,8 +69,8 @@ def _register_record_hook() -> None:
     from mmcv.runner.hooks.logger import MlflowLoggerHook, TensorboardLoggerHook, WandbLoggerHook
 
     def guarded(base: type) -> type:
-        """mmcv's logger hook, except that a tracker error is logged once and the hook
-        stops: a tracker never ends a training run half-way."""
+        """mmcv's logger hook, except that a logger error is logged once and the hook
+        stops: a logger never ends a training run half-way."""
 
         class Guarded(base):  # type: ignore[misc, valid-type]
             failed = False
@@ -103,7 +103,7 @@ def _register_record_hook() -> None:
     @HOOKS.register_module()
     class ExperimentsWandbLoggerHook(guarded(WandbLoggerHook)):  # type: ignore[misc]
         """The run stays open after training: the run's final metrics and sample grids come
-        after train_model returns, and the W&B tracker (loggers/wandb.py) logs them and
+        after train_model returns, and the W&B logger (loggers/wandb.py) logs them and
         finishes the run."""
 
         def after_run(self, runner: Any) -> None:
@@ -111,7 +111,7 @@ def _register_record_hook() -> None:
 
     @HOOKS.register_module()
     class ExperimentsRecordHook(Hook):
-        """Losses to metrics.jsonl (and the trackers mmcv has no hook for: CSV) every log
+        """Losses to metrics.jsonl (and the loggers mmcv has no hook for: CSV) every log
         interval and at the last iteration; resumed runs keep one record per iteration."""
 
         def __init__(
@@ -224,9 +224,9 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
         priority="VERY_LOW",
     )
     cfg.custom_hooks = [*cfg.custom_hooks, record_hook]
-    # The logger group's trackers log per-iteration metrics through mmcv's own logger hooks.
-    tracker_hooks = [t.mmcv_hook(plan.recipe.log_interval) for t in hook_recorder.trackers]
-    cfg.log_config.hooks = [*cfg.log_config.hooks, *(h for h in tracker_hooks if h)]
+    # The logger group's loggers log per-iteration metrics through mmcv's own logger hooks.
+    logger_hooks = [t.mmcv_hook(plan.recipe.log_interval) for t in hook_recorder.loggers]
+    cfg.log_config.hooks = [*cfg.log_config.hooks, *(h for h in logger_hooks if h)]
     if how in ("auto_resume", "resume_from"):
         cfg.custom_hooks.append(
             dict(type="CPUResumeHook", checkpoint=str(checkpoint), priority="HIGHEST")

@@ -42,7 +42,7 @@ def completed_lines(plan: Any, summary: dict[str, Any]) -> str:
 
 
 def artifacts(run_dir: Path, metrics: dict[str, Any]) -> list[Path]:
-    """A finished run's sample grids, for its trackers."""
+    """A finished run's sample grids, for its loggers."""
     return sorted((run_dir / "training_samples").glob("*.png"))
 
 

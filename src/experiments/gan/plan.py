@@ -26,7 +26,7 @@ GAN_TOPOLOGIES = ("single", "ddp")
 
 @dataclass
 class GANPlan:
-    """A validated GAN run; mirrors RunPlan's interface for the launcher and the recorder."""
+    """A validated GAN run; mirrors SNNPlan's interface for the launcher and the recorder."""
 
     choices: dict[str, str]
     run_dir: Path

@@ -1,18 +1,18 @@
-"""Logger group: the experiment trackers a run writes to. `conf/logger/<name>.yaml` ->
+"""Logger group: the experiment loggers a run writes to. `conf/logger/<name>.yaml` ->
 `loggers/<name>.py`; `logger=[a,b]` selects several (each keeps its settings under
 `logger.<name>.*`).
 
-Every tracker gets the same things: the resolved config as flat parameters, the run's tags
+Every logger gets the same things: the resolved config as flat parameters, the run's tags
 (model, data, topology, launcher, engine, sweep, point), every metric we record with its step,
 the final metrics, and artefacts (the plan, GAN sample grids, a sweep's report). SNN runs log
 from rank 0 through the run recorder (run/record.py). GAN runs log their per-iteration
 metrics through mmcv's own logger hooks, added to the recipe's `log_config` (`mmcv_hook`);
-the tracker then adds only what mmcv does not log (parameters, tags, final metrics,
+the logger then adds only what mmcv does not log (parameters, tags, final metrics,
 artefacts) to the same run.
 
 Nothing here may stop a run half-way: `validate` refuses what cannot work before launch (a
-missing package, an unreachable URI, a bad setting), and a tracker error during the run is
-logged once and that tracker is dropped.
+missing package, an unreachable URI, a bad setting), and a logger error during the run is
+logged once and that logger is dropped.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from experiments.known_keys import refuse_unknown
 log = logging.getLogger(__name__)
 
 NAMES = ("tensorboard", "csv", "mlflow", "wandb")
-INSTALL = "make setup-trackers (or pip install '.[trackers]' in the checkout)"
+INSTALL = "make setup-loggers (or pip install '.[loggers]' in the checkout)"
 
 
 @dataclass
 class RunInfo:
-    """What every tracker is told about the run."""
+    """What every logger is told about the run."""
 
     run_dir: Path
     name: str  # the point's overrides, or the run directory's name
@@ -49,7 +49,7 @@ class RunInfo:
     point: str | None
     config: dict[str, Any]  # the resolved config (nested)
     tags: dict[str, str] = field(default_factory=dict)
-    # the family's per-iteration metrics reach trackers through mmcv's logger hooks (GANs)
+    # the family's per-iteration metrics reach loggers through mmcv's logger hooks (GANs)
     logs_through_mmcv: bool = False
 
     @property
@@ -58,11 +58,11 @@ class RunInfo:
 
     @property
     def store_dir(self) -> Path:
-        """Where a local tracker store lives: the sweep's directory, else the run's."""
+        """Where a local logger store lives: the sweep's directory, else the run's."""
         return self.sweep_dir or self.run_dir
 
 
-class Tracker(Protocol):
+class Logger(Protocol):
     name: str
     uses_mmcv_hook: bool  # GAN runs: per-iteration metrics come from mmcv's hook
 
@@ -84,11 +84,11 @@ def _option_keys(name: str) -> frozenset[str]:
 
 
 def validate(logger: dict[str, Any] | None) -> list[str]:
-    """Check the selected trackers before launch; returns their names."""
+    """Check the selected loggers before launch; returns their names."""
     names = []
     for name, settings in (logger or {}).items():
         if name not in NAMES:
-            raise ConfigError(f"logger.{name}", settings, "a tracker: " + ", ".join(NAMES))
+            raise ConfigError(f"logger.{name}", settings, "a logger: " + ", ".join(NAMES))
         refuse_unknown(f"logger.{name}.", settings or {}, _option_keys(name), f"logger={name}")
         package = "torch.utils.tensorboard" if name == "tensorboard" else name
         if _missing(package):
@@ -111,21 +111,21 @@ def module(name: str) -> Any:
     return importlib.import_module(f"experiments.loggers.{name}")
 
 
-def open_trackers(logger: dict[str, Any] | None, info: RunInfo) -> list[Tracker]:
-    trackers = []
+def open_loggers(logger: dict[str, Any] | None, info: RunInfo) -> list[Logger]:
+    opened = []
     for name in selected(logger):
         try:
-            tracker = module(name).make(logger[name] or {}, info)
-            tracker.start()
+            one = module(name).make(logger[name] or {}, info)
+            one.start()
         except Exception as error:  # validated before launch; a store that fails now is logged
-            log.warning("tracker %s did not start (%s); the run goes on without it", name, error)
+            log.warning("logger %s did not start (%s); the run goes on without it", name, error)
             continue
-        trackers.append(tracker)
-    return trackers
+        opened.append(one)
+    return opened
 
 
 def _scalar(value: Any) -> Any:
-    """Trackers take scalars: lists, None and empty mappings become strings."""
+    """Loggers take scalars: lists, None and empty mappings become strings."""
     return value if isinstance(value, (bool, int, float, str)) else str(value)
 
 
@@ -166,14 +166,14 @@ def prepare_sweep(logger: dict[str, Any] | None, sweep_dir: Path) -> None:
 
 
 def log_sweep_report(logger: dict[str, Any] | None, sweep_dir: Path, files: list[Path]) -> None:
-    """The sweep's report (tables and figures) where the trackers take a sweep-level record:
+    """The sweep's report (tables and figures) where the loggers take a sweep-level record:
     an MLflow run named "sweep report" in the sweep's experiment, a W&B run of job type
     "report" in the sweep's group."""
     _each_sweep_hook("log_sweep_report", logger, sweep_dir, files)
 
 
 def _each_sweep_hook(hook: str, logger: dict[str, Any] | None, *args: Any) -> None:
-    """Call `hook(settings, *args)` of each selected tracker that has one; a failure is a
+    """Call `hook(settings, *args)` of each selected logger that has one; a failure is a
     warning (the sweep's points and report stand without it)."""
     for name in selected(logger):
         function = getattr(module(name), hook, None)
@@ -182,11 +182,11 @@ def _each_sweep_hook(hook: str, logger: dict[str, Any] | None, *args: Any) -> No
         try:
             function(logger[name] or {}, *args)
         except Exception as error:
-            log.warning("tracker %s: %s failed (%s)", name, hook, error)
+            log.warning("logger %s: %s failed (%s)", name, hook, error)
 
 
 def where_to_look(run_dir: Path, logger: dict[str, Any]) -> str:
-    """The lines a finished run prints: where to look at it in each selected tracker."""
+    """The lines a finished run prints: where to look at it in each selected logger."""
     where = sweep_of(run_dir) or run_dir
     lines = []
     if "tensorboard" in logger:

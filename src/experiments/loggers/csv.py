@@ -19,7 +19,7 @@ def validate(settings: dict[str, Any]) -> None:
         raise ConfigError("logger.csv.dir", folder, "a folder name inside the run directory")
 
 
-class CSVTracker:
+class CSVLogger:
     name = "csv"
     uses_mmcv_hook = False  # mmcv has no CSV hook: GAN metrics come through the recorder
 
@@ -78,5 +78,5 @@ class CSVTracker:
         return None
 
 
-def make(settings: dict[str, Any], info: RunInfo) -> CSVTracker:
-    return CSVTracker(settings, info)
+def make(settings: dict[str, Any], info: RunInfo) -> CSVLogger:
+    return CSVLogger(settings, info)

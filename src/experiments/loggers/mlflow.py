@@ -71,7 +71,7 @@ def _experiment(client: Any, name: str, store_dir: Path) -> str:
         return found.experiment_id
 
 
-class MLflowTracker:
+class MLflowLogger:
     name = "mlflow"
 
     def __init__(self, settings: dict[str, Any], info: RunInfo) -> None:
@@ -140,8 +140,8 @@ def _key(name: str) -> str:
     return "".join(c if c.isalnum() or c in "_-./ " else "_" for c in name)
 
 
-def make(settings: dict[str, Any], info: RunInfo) -> MLflowTracker:
-    return MLflowTracker(settings, info)
+def make(settings: dict[str, Any], info: RunInfo) -> MLflowLogger:
+    return MLflowLogger(settings, info)
 
 
 def prepare_sweep(settings: dict[str, Any], sweep_dir: Path) -> None:

@@ -18,7 +18,7 @@ def validate(settings: dict[str, Any]) -> None:
         raise ConfigError("logger.tensorboard.hparams", settings["hparams"], "true or false")
 
 
-class TensorBoardTracker:
+class TensorBoardLogger:
     name = "tensorboard"
 
     def __init__(self, settings: dict[str, Any], info: RunInfo) -> None:
@@ -66,5 +66,5 @@ class TensorBoardTracker:
         )
 
 
-def make(settings: dict[str, Any], info: RunInfo) -> TensorBoardTracker:
-    return TensorBoardTracker(settings, info)
+def make(settings: dict[str, Any], info: RunInfo) -> TensorBoardLogger:
+    return TensorBoardLogger(settings, info)

@@ -58,7 +58,7 @@ def init_kwargs(settings: dict[str, Any], info: RunInfo) -> dict[str, Any]:
     )
 
 
-class WandbTracker:
+class WandbLogger:
     name = "wandb"
 
     def __init__(self, settings: dict[str, Any], info: RunInfo) -> None:
@@ -95,8 +95,8 @@ class WandbTracker:
         )
 
 
-def make(settings: dict[str, Any], info: RunInfo) -> WandbTracker:
-    return WandbTracker(settings, info)
+def make(settings: dict[str, Any], info: RunInfo) -> WandbLogger:
+    return WandbLogger(settings, info)
 
 
 def log_sweep_report(settings: dict[str, Any], sweep_dir: Path, files: list[Path]) -> None:

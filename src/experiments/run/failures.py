@@ -118,7 +118,7 @@ def describe(record: dict[str, Any]) -> str:
 
 def summary_fields(record: dict[str, Any]) -> dict[str, Any]:
     """What summary.json says of a multi-rank run that failed: the one line, and the record
-    of the rank that caused it (the report and trackers read `failure`)."""
+    of the rank that caused it (the report and loggers read `failure`)."""
     return {
         "error": describe(record),
         "failure": {key: record.get(key) for key in ("rank", "node", "error", "log", "logs")},

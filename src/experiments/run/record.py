@@ -351,13 +351,13 @@ class RunRecorder:
         run_dir: Path,
         summary: dict[str, Any],
         enabled: bool = True,
-        trackers: list[Any] | None = None,
+        loggers: list[Any] | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.enabled = enabled
         self.summary = summary
-        # The logger group's trackers (loggers/): every metric recorded here goes to them too.
-        self.trackers: list[Any] = list(trackers or []) if enabled else []
+        # The logger group's loggers (loggers/): every metric recorded here goes to them too.
+        self.loggers: list[Any] = list(loggers or []) if enabled else []
         self._started = time.time()
 
     def start(self) -> None:
@@ -376,23 +376,23 @@ class RunRecorder:
         self._track({f"{tag_prefix}/{key}": value for key, value in scalars.items()}, step)
 
     def _track(self, metrics: dict[str, float], step: int) -> None:
-        for tracker in [t for t in self.trackers if not t.uses_mmcv_hook]:
-            self._call(tracker, "log", metrics, step)
+        for logger in [t for t in self.loggers if not t.uses_mmcv_hook]:
+            self._call(logger, "log", metrics, step)
 
-    def _call(self, tracker: Any, method: str, *args: Any) -> None:
-        """A tracker that fails is dropped with one warning: it never stops the run."""
+    def _call(self, logger: Any, method: str, *args: Any) -> None:
+        """A logger that fails is dropped with one warning: it never stops the run."""
         try:
-            getattr(tracker, method)(*args)
+            getattr(logger, method)(*args)
         except Exception as error:
             import logging
 
             logging.getLogger(__name__).warning(
-                "tracker %s failed in %s (%s); the run goes on without it",
-                tracker.name,
+                "logger %s failed in %s (%s); the run goes on without it",
+                logger.name,
                 method,
                 error,
             )
-            self.trackers.remove(tracker)
+            self.loggers.remove(logger)
 
     def truncate_logs(self, after_step: int) -> None:
         """Keep the records of steps <= after_step (0: a fresh start keeps none). A line cut
@@ -417,16 +417,16 @@ class RunRecorder:
             if broken:
                 log.warning("%s: %d line(s) cut short or invalid, dropped on resume", path, broken)
             write_bytes_atomic(path, "".join(f"{line}\n" for line in kept).encode("utf-8"))
-        for tracker in [t for t in self.trackers if hasattr(t, "truncate")]:
-            self._call(tracker, "truncate", after_step)
+        for logger in [t for t in self.loggers if hasattr(t, "truncate")]:
+            self._call(logger, "truncate", after_step)
 
     def scalar(self, tag: str, value: float, step: int) -> None:
         if self.enabled:
             self._track({tag: value}, step)
 
     def artifact(self, path: Path) -> None:
-        for tracker in list(self.trackers):
-            self._call(tracker, "artifact", path)
+        for logger in list(self.loggers):
+            self._call(logger, "artifact", path)
 
     def finish(
         self,
@@ -448,8 +448,8 @@ class RunRecorder:
         if error is not None:
             self.summary["error"] = error
         self._write_summary()
-        for tracker in list(self.trackers):
-            self._call(tracker, "finish", status, _numbers(metrics or {}))
+        for logger in list(self.loggers):
+            self._call(logger, "finish", status, _numbers(metrics or {}))
 
     def _write_summary(self) -> None:
         write_json_atomic(self.run_dir / SUMMARY, self.summary)
@@ -461,7 +461,7 @@ def _step_of(record: dict[str, Any]) -> float:
 
 
 def _numbers(values: dict[str, Any]) -> dict[str, float]:
-    """The entries trackers take: numbers (not bools, lists or strings)."""
+    """The entries loggers take: numbers (not bools, lists or strings)."""
     return {
         key: value
         for key, value in values.items()

@@ -66,7 +66,7 @@ def start_summary(
 
 
 def write_plan(plan: Any) -> Path:
-    """plan.json in the run directory: the artefact every tracker gets first."""
+    """plan.json in the run directory: the artefact every logger gets first."""
     plan_file = plan.run_dir / "plan.json"
     plan_file.write_text(json.dumps(plan.as_dict(), indent=2, default=str), encoding="utf-8")
     return plan_file

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig
 from spikingjelly.activation_based.distributed.vision import ModelConfig, TrainingConfig
 from spikingjelly.activation_based.precision import PrecisionConfig
 
 from experiments import data as data_group
+from experiments import optimizer as optimizer_group
 from experiments import validation as check
 from experiments.composition import (
     ROOT_PLACEHOLDER,
@@ -27,21 +27,18 @@ from experiments.composition import (
     user_overrides,
 )
 from experiments.errors import ConfigError
-from experiments.known_keys import nearest
 from experiments.launchers import launcher_module
 from experiments.snn import classify_plan
+from experiments.snn import trainer as snn_trainer
 from experiments.snn.family import OBJECTIVE
 from experiments.snn.models import capabilities, instantiate_model_config, parameter_count
 from experiments.topology import ParallelDims, parallel_dims
 
-ENGINES = ("auto", "spikingjelly", "cpu")
-PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
-EXECUTION_MODES = ("eager", "compile", "cuda_graph")
 CHECKPOINT_DIRNAME = "checkpoints"
 
 
 @dataclass
-class RunPlan:
+class SNNPlan:
     """A validated run: everything a launcher or engine needs, nothing it must re-derive."""
 
     choices: dict[str, str]
@@ -180,78 +177,6 @@ def _resume(value: Any) -> str | None:
     return value
 
 
-def _trainer(trainer: dict[str, Any]) -> dict[str, Any]:
-    check.integer(trainer["epochs"], "trainer.epochs", minimum=1)
-    check.optional_integer(trainer["max_steps"], "trainer.max_steps", minimum=1)
-    check.integer(trainer["batch_size"], "trainer.batch_size", minimum=1)
-    check.integer(trainer["workers"], "trainer.workers", minimum=0)
-    check.integer(trainer["checkpoint_interval"], "trainer.checkpoint_interval", minimum=0)
-    check.integer(trainer["keep_checkpoints"], "trainer.keep_checkpoints", minimum=1)
-    check.integer(trainer["log_every_n_steps"], "trainer.log_every_n_steps", minimum=1)
-    check.integer(trainer["profile_steps"], "trainer.profile_steps", minimum=0)
-    check.choice(trainer["engine"], "trainer.engine", ENGINES)
-    check.choice(trainer["precision"], "trainer.precision", PRECISIONS)
-    check.choice(trainer["execution_mode"], "trainer.execution_mode", EXECUTION_MODES)
-    check.integer(trainer["memopt_level"], "trainer.memopt_level", minimum=0, maximum=4)
-    if trainer["scheduler"] is not None:
-        cls = data_group.import_object(str(trainer["scheduler"]), "trainer.scheduler")
-        if not (isinstance(cls, type) and issubclass(cls, torch.optim.lr_scheduler.LRScheduler)):
-            raise ConfigError(
-                "trainer.scheduler",
-                trainer["scheduler"],
-                "a torch.optim.lr_scheduler class path, e.g. torch.optim.lr_scheduler.StepLR",
-            )
-        _check_arguments(cls, trainer["scheduler_kwargs"] or {}, "trainer.scheduler_kwargs.", 1)
-    elif trainer["scheduler_kwargs"]:
-        raise ConfigError(
-            "trainer.scheduler_kwargs",
-            trainer["scheduler_kwargs"],
-            "{} without trainer.scheduler (set a scheduler class, or drop its arguments)",
-        )
-    return trainer
-
-
-def _check_arguments(cls: type, kwargs: dict[str, Any], prefix: str, skip: int) -> None:
-    """The class's own signature decides: an argument it does not take, or a required one
-    that is missing, is refused before launch (not a TypeError once the run exists).
-    `skip` leading parameters (the optimizer's params, the scheduler's optimizer) are ours."""
-    import inspect
-
-    parameters = list(inspect.signature(cls.__init__).parameters.values())[1 + skip :]
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return
-    names = [p.name for p in parameters if p.kind is not inspect.Parameter.VAR_POSITIONAL]
-    for key, value in kwargs.items():
-        if key not in names:
-            hint = nearest(key, names, prefix, "it takes ")
-            raise ConfigError(f"{prefix}{key}", value, f"not an argument of {cls.__name__}; {hint}")
-    for parameter in parameters:
-        if parameter.default is inspect.Parameter.empty and parameter.name not in kwargs:
-            if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
-                continue
-            raise ConfigError(
-                f"{prefix}{parameter.name}",
-                None,
-                f"required by {cls.__name__}; set +{prefix}{parameter.name}=<value>",
-            )
-
-
-def _optimizer(optimizer: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    kwargs = {key: value for key, value in optimizer.items() if key != "name"}
-    cls = data_group.import_object(str(optimizer["name"]), "optimizer.name")
-    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
-        raise ConfigError(
-            "optimizer.name",
-            optimizer["name"],
-            "a torch.optim.Optimizer class path, e.g. torch.optim.AdamW",
-        )
-    _check_arguments(cls, kwargs, "optimizer.", skip=1)
-    check.positive_number(kwargs.get("lr"), "optimizer.lr")
-    if "weight_decay" in kwargs:
-        check.non_negative_number(kwargs["weight_decay"], "optimizer.weight_decay")
-    return str(optimizer["name"]), kwargs
-
-
 def _check_data(data: dict[str, Any]) -> None:
     if data.get("time_steps") is not None:
         check.integer(data["time_steps"], "data.time_steps", minimum=1)
@@ -356,51 +281,6 @@ def _check_validation_split(data: dict[str, Any], dims: ParallelDims, batch_size
         )
 
 
-def _engine(trainer: dict[str, Any], has_cuda: bool, launcher: str) -> tuple[str, str]:
-    """(engine, device). `auto` is SpikingJelly's train_classification where the ranks have
-    CUDA and our CPU engine otherwise; `spikingjelly` without CUDA runs the library's own loop
-    on CPU ranks over gloo (its CUDA-only calls mapped inside our processes:
-    engines/spikingjelly_cpu.py)."""
-    engine = trainer["engine"]
-    if engine == "auto":
-        engine = "spikingjelly" if has_cuda else "cpu"
-    device = "cuda" if engine == "spikingjelly" and has_cuda else "cpu"
-    if device == "cpu":
-        for key, value, default in (
-            ("precision", trainer["precision"], "fp32"),
-            ("execution_mode", trainer["execution_mode"], "eager"),
-            ("memopt_level", trainer["memopt_level"], 0),
-        ):
-            if value != default:
-                where = "launcher.gpus_per_node is 0" if launcher == "slurm" else "no CUDA here"
-                raise ConfigError(
-                    f"trainer.{key}",
-                    value,
-                    f"needs CUDA (SpikingJelly's train_classification on GPUs; {where}); "
-                    f"on CPU ranks both engines run {key}={default}",
-                )
-    if engine == "spikingjelly" and trainer["profile_steps"]:
-        raise ConfigError(
-            "trainer.profile_steps",
-            trainer["profile_steps"],
-            "0: SpikingJelly's train_classification has no profiler hook; profiling is "
-            "for trainer.engine=cpu",
-        )
-    return engine, device
-
-
-def _check_cuda_graph(trainer: dict[str, Any], dims: ParallelDims) -> None:
-    """SpikingJelly's loop raises at run time for a CUDA graph over more than one rank
-    (training.py: "Vision CUDA Graph requires a single-rank process"): refused here."""
-    if trainer.get("execution_mode") == "cuda_graph" and dims.world_size > 1:
-        raise ConfigError(
-            "trainer.execution_mode",
-            "cuda_graph",
-            f"needs a single-rank run (world size here: {dims.world_size}); SpikingJelly's "
-            "train_classification captures CUDA graphs on one rank only: use eager or compile",
-        )
-
-
 def timing_warmup_steps(trainer: dict[str, Any]) -> int:
     """Steps the library leaves out of images/s: compilation (compile) and graph capture
     (cuda_graph, after its warm-up steps) would otherwise count as training time. Kept below
@@ -466,7 +346,7 @@ def build_snn_plan(
     overrides: list[str],
     choices: dict[str, str],
     extensions: list[str],
-) -> RunPlan:
+) -> SNNPlan:
     """The SNN half of `experiments.plan.build_plan`: the keys every family shares are
     already checked."""
     if values["data"].get("name") == "imagefolder" and "root" in values["data"]:
@@ -487,8 +367,8 @@ def build_snn_plan(
         trainer = classify_plan.check_keys(values["trainer"])
     else:
         resume = _resume(values.get("resume"))
-        trainer = _trainer(values["trainer"])
-    optimizer_name, optimizer_kwargs = _optimizer(values["optimizer"])
+        trainer = snn_trainer.checked(values["trainer"])
+    optimizer_name, optimizer_kwargs = optimizer_group.checked(values["optimizer"])
 
     data_kwargs = data_group.dataset_kwargs(cfg.data)
     _check_data(values["data"])
@@ -517,8 +397,10 @@ def build_snn_plan(
             input_layout=input_layout(values["data"]),
         )
     else:
-        engine, device = _engine(trainer, module.has_cuda(launcher), launcher["name"])
-        _check_cuda_graph(trainer, dims)
+        engine, device = snn_trainer.engine_and_device(
+            trainer, module.has_cuda(launcher), launcher["name"]
+        )
+        snn_trainer.check_cuda_graph(trainer, dims)
     if trainer.get("memopt_level") and not caps.memopt:
         raise ConfigError(
             "trainer.memopt_level", trainer["memopt_level"], f"0: {model_name} has no memopt split"
@@ -534,7 +416,7 @@ def build_snn_plan(
         run_dir,
         resume,
     )
-    return RunPlan(
+    return SNNPlan(
         choices=dict(choices),
         run_dir=run_dir,
         overrides=list(overrides),

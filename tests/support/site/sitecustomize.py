@@ -20,8 +20,8 @@ EXPERIMENTS_TEST_KILL_DURING_GAN_SAVE=N: the process writing a GAN checkpoint of
 of it, syncs it and SIGKILLs itself: a crash in the middle of a checkpoint write. Under
 torchrun only in the first round (TORCHELASTIC_RESTART_COUNT 0): the restarted ranks go on.
 
-EXPERIMENTS_TEST_FAIL_CSV_LOG=N: the CSV tracker's Nth `log` call raises OSError (a store that
-fails mid-run, e.g. its disk gone): the run must drop that tracker and go on.
+EXPERIMENTS_TEST_FAIL_CSV_LOG=N: the CSV logger's Nth `log` call raises OSError (a store that
+fails mid-run, e.g. its disk gone): the run must drop that logger and go on.
 
 EXPERIMENTS_TEST_RECORD_READS=DIR: every index a DataLoader reads from a map-style dataset
 (torch's own fetcher, in the process or its loader workers) is appended to DIR/rank<RANK>.txt:
@@ -207,17 +207,17 @@ def _fail_csv_log(call: int) -> None:
 
     from experiments.loggers import csv
 
-    original = csv.CSVTracker.log
+    original = csv.CSVLogger.log
     calls = [0]
 
     @functools.wraps(original)
     def log(self, metrics, step):
         calls[0] += 1
         if calls[0] == call:
-            raise OSError(f"injected failure of the CSV tracker at step {step}")
+            raise OSError(f"injected failure of the CSV logger at step {step}")
         return original(self, metrics, step)
 
-    csv.CSVTracker.log = log
+    csv.CSVLogger.log = log
 
 
 if _FAIL_CSV_LOG:

@@ -46,7 +46,7 @@ from experiments.snn.engines.cpu_parallel import (
     wrap_data_parallel,
 )
 from experiments.snn.engines.profiling import StepProfiler, summary_metrics
-from experiments.snn.plan import CHECKPOINT_DIRNAME, RunPlan
+from experiments.snn.plan import CHECKPOINT_DIRNAME, SNNPlan
 
 log = logging.getLogger(__name__)
 FULL_STATE = StateDictOptions(full_state_dict=True)
@@ -59,7 +59,7 @@ def peak_memory_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def train(plan: RunPlan, recorder: RunRecorder) -> dict[str, Any]:
+def train(plan: SNNPlan, recorder: RunRecorder) -> dict[str, Any]:
     context = ParallelContext.setup(plan.dims)
     from experiments.launchers.local import is_sweep_point  # Ctrl-C at a local sweep
 
@@ -76,7 +76,7 @@ def train(plan: RunPlan, recorder: RunRecorder) -> dict[str, Any]:
 class _Trainer:
     def __init__(
         self,
-        plan: RunPlan,
+        plan: SNNPlan,
         recorder: RunRecorder,
         context: ParallelContext,
         stop: GracefulStop | None = None,

@@ -11,10 +11,10 @@ folder per (pp, tp) rank). What is ours, around it:
 - resume: rank 0 picks the newest complete checkpoint (`.metadata` in every pp_*_tp_*
   folder) and broadcasts it; torn folders are removed with one line each; resume=null
   clears old step folders; metrics.jsonl/steps.jsonl are cut back to the resumed step;
-- a step hook (spikingjelly_loop.py): steps.jsonl and the trackers' train/loss every
+- a step hook (spikingjelly_loop.py): steps.jsonl and the loggers' train/loss every
   log_every_n_steps, check_replicas, keep_checkpoints, a checkpoint at the last step and at
   SIGTERM/SIGUSR2 (then the run ends `interrupted`), through the names the loop looks up;
-- its per-epoch JSON lines (loguru, rank 0) into metrics.jsonl and the trackers.
+- its per-epoch JSON lines (loguru, rank 0) into metrics.jsonl and the loggers.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from experiments import distributed_env
 from experiments.run.record import NoSpaceError, RunRecorder
 from experiments.run.stop import GracefulStop
 from experiments.snn.engines.spikingjelly_checkpoints import checkpoint_step, scan_checkpoints
-from experiments.snn.plan import RunPlan
+from experiments.snn.plan import SNNPlan
 
 log = logging.getLogger(__name__)
 
 
-def _decide_resume(plan: RunPlan) -> Path | None:
+def _decide_resume(plan: SNNPlan) -> Path | None:
     """Rank 0's decision, taken before any rank trains (the others get it by broadcast).
 
     resume=auto: the newest complete checkpoint. Torn folders (newer or not) are removed, one
@@ -178,7 +178,7 @@ def _library_log(recorder: RunRecorder, hooks: Any):
 # --- the run ------------------------------------------------------------------------------
 
 
-def train(plan: RunPlan, recorder: RunRecorder) -> dict[str, Any]:
+def train(plan: SNNPlan, recorder: RunRecorder) -> dict[str, Any]:
     from spikingjelly.activation_based.distributed.vision import training
 
     from experiments.snn.engines.spikingjelly_loop import LoopHooks
@@ -252,7 +252,7 @@ def train(plan: RunPlan, recorder: RunRecorder) -> dict[str, Any]:
     }
 
 
-def _placement(plan: RunPlan) -> dict[str, Any]:
+def _placement(plan: SNNPlan) -> dict[str, Any]:
     rank = dist.get_rank()
     dp, pp, tp = plan.dims.coordinates(rank)
     return {

@@ -9,7 +9,7 @@ with the loop's frame. The hook reads the step's locals (`global_step`, `loss`, 
 `optimizer`, `dp_group`, `dp_size`, `train_loader`) and, on every rank alike:
 
 - every `log_every_n_steps` (and at the last step): the step's loss averaged over the
-  data-parallel ranks into steps.jsonl and the trackers' train/loss, with
+  data-parallel ranks into steps.jsonl and the loggers' train/loss, with
   `replica_max_diff` when check_replicas is set;
 - with a stop signal installed (Slurm tasks): agrees on it across ranks (one all-reduce);
 - decides whether this step is saved: at the last step (the library saves only every
@@ -42,7 +42,7 @@ import torch.distributed as dist
 
 from experiments.run.record import STEPS, RunRecorder, append_jsonl
 from experiments.run.stop import GracefulStop
-from experiments.snn.plan import RunPlan
+from experiments.snn.plan import SNNPlan
 
 log = logging.getLogger(__name__)
 NEVER = 2**62  # a checkpoint interval no run reaches: the library keeps its checkpoint groups
@@ -52,7 +52,7 @@ _SAVES = ("_save_checkpoint", "_finish_checkpoint")
 class LoopHooks:
     def __init__(
         self,
-        plan: RunPlan,
+        plan: SNNPlan,
         recorder: RunRecorder,
         config: Any,
         device: torch.device,
@@ -182,7 +182,7 @@ class LoopHooks:
 
     def _log_step(self, scope: dict[str, Any], step: int) -> None:
         """The step's loss averaged over the data-parallel ranks (every rank holds its own;
-        under PP the loop has broadcast the last stage's), into steps.jsonl and trackers."""
+        under PP the loop has broadcast the last stage's), into steps.jsonl and loggers."""
         loss = scope["loss"].detach().to(self.device, torch.float64).clone()
         dp_size = int(scope["dp_size"])
         if dp_size > 1:
