@@ -183,3 +183,21 @@ def test_the_seam_check_sees_what_it_forbids() -> None:
     assert not engine_mentions('on_cpu = device == "cpu"', engines)
     graph = {"experiments.report": {"experiments.gan.plan"}, "experiments.run": set()}
     assert family_imports(graph, set(graph)) == {"experiments.report": ["experiments.gan.plan"]}
+
+
+def test_architecture_md_names_only_files_that_exist() -> None:
+    """ARCHITECTURE.md's one page stays true as files move: every file or folder it names in
+    backticks is in the package, the repository or tests/."""
+    import re
+
+    text = (SRC.parent / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`([\w/<>.-]+(?:\.py|\.ya?ml|/))`", text))
+    assert len(named) > 20
+    missing = [
+        name
+        for name in sorted(named)
+        if "<" not in name
+        and not any((base / name).exists() for base in (PACKAGE, SRC.parent, SRC.parent / "tests"))
+        and not ("/" not in name and any(PACKAGE.rglob(name)))  # a bare name in its package's row
+    ]
+    assert not missing, missing
