@@ -146,6 +146,30 @@ def test_every_combination_plans_or_is_refused_naming_the_pinned_key(
     assert expected == "plans", f"plans, but the matrix pins a refusal on {expected}"
     assert plan.dims.world_size == world
     assert plan.engine == ("mmgen" if _family(model) == "gan" else "cpu")
+    # The mesh the topology's yaml asks for at this world size, in the plan and (SNN) in
+    # SpikingJelly's TrainingConfig, which builds the device mesh from it.
+    shape, data_parallel = MESH[topology] if world > 1 else ((1, 1, 1), None)
+    assert plan.dims.mesh_shape == shape
+    assert plan.as_dict()["mesh"]["shape"] == list(shape)
+    if data_parallel is not None:
+        assert plan.dims.data_parallel == data_parallel
+    if _family(model) != "gan":
+        dp, pp, tp = shape
+        assert (
+            plan.training_config.pipeline_parallel_size,
+            plan.training_config.tensor_parallel_size,
+        ) == (pp, tp)
+        assert plan.global_batch == plan.training_config.batch_size * dp
+
+
+# (dp, pp, tp) and the data-parallel kind of each topology at world size 4 (conf/topology/).
+MESH = {
+    "single": ((1, 1, 1), None),
+    "ddp": ((4, 1, 1), "ddp"),
+    "fsdp2": ((4, 1, 1), "fsdp2"),
+    "channel_tp": ((2, 1, 2), "ddp"),
+    "pp": ((2, 2, 1), "ddp"),
+}
 
 
 @functools.cache

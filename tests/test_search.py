@@ -178,6 +178,30 @@ def test_optuna_figures_of_the_study(resumed_search, figures) -> None:
             assert len(set(image.convert("L").getdata())) > 20, name  # drawn, not blank
 
 
+def test_a_larger_n_trials_continues_the_finished_search(resumed_search) -> None:
+    """README: "a larger `n_trials` continues a finished search". The finished search's own
+    command with n_trials one higher finds the same sweep directory and study (the budget is
+    not part of the sweep's name), runs exactly one more trial, and leaves the others alone."""
+    sweep_dir = resumed_search["dir"]
+    root = sweep_dir.parents[2]  # <root>/outputs/multiruns/<sweep>: the search's cwd
+    before = only_study(sweep_dir).get_trials(deepcopy=False)
+    records = {p.name: _record(p / "summary.json") for p in sweep_dir.iterdir() if completed(p)}
+    result = run_cli([*SEARCH, "hydra.sweeper.n_trials=7"], cwd=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert list((root / "outputs" / "multiruns").iterdir()) == [sweep_dir]
+    trials = only_study(sweep_dir).get_trials(deepcopy=False)
+    assert [t.number for t in trials] == [*(t.number for t in before), len(before)]
+    assert sum(t.state == TrialState.COMPLETE for t in trials) == 7
+    new = trials[-1]
+    assert new.state == TrialState.COMPLETE
+    assert summary(sweep_dir / str(new.number))["status"] == "completed"
+    assert new.value == pytest.approx(
+        summary(sweep_dir / str(new.number))["metrics"]["val_accuracy"]
+    )
+    for name, record in records.items():  # the finished trials were not run again
+        assert _record(sweep_dir / name / "summary.json") == record, name
+
+
 def test_optuna_figures_of_searches_with_nothing_to_show(tmp_path: Path) -> None:
     assert write_optuna_figures(tmp_path / "no-such-sweep") == []
     (tmp_path / "garbage").mkdir()
