@@ -239,3 +239,51 @@ def test_gpu_slurm_run_plans_spikingjellys_trainer_with_nccl() -> None:
     assert (plan.engine, plan.device, plan.backend) == ("spikingjelly", "cuda", "nccl")
     assert plan.dims.world_size == 8
     assert plan.training_config.precision.mode == "bf16"
+
+
+TRAINER_FILE = Path(__file__).parent / "data" / "config_matrix_trainers.csv"
+TRAINERS = {"classify": ["trainer=classify"], "spikingjelly": ["trainer.engine=spikingjelly"]}
+
+
+def _trainer_matrix() -> dict[tuple[str, str, str], tuple[str, str]]:
+    lines = [line for line in TRAINER_FILE.read_text().splitlines() if not line.startswith("#")]
+    return {
+        (r["trainer"], r["model"], r["topology"]): (r["verdict"], r["engine"])
+        for r in csv.DictReader(lines)
+    }
+
+
+TRAINER_MATRIX = _trainer_matrix()
+
+
+def test_the_trainer_matrix_pins_every_trainer_model_and_topology() -> None:
+    assert set(TRAINER_MATRIX) == set(itertools.product(TRAINERS, MODELS, TOPOLOGIES))
+
+
+@pytest.mark.parametrize(("trainer", "model", "topology"), sorted(TRAINER_MATRIX))
+def test_every_trainer_plans_or_is_refused_naming_the_pinned_key(
+    trainer: str, model: str, topology: str
+) -> None:
+    """The trainer axis of the matrix (tests/data/config_matrix_trainers.csv): the classic
+    Trainer and SpikingJelly's own loop, over every model and topology under torchrun. What
+    plans gets the pinned engine and the topology's mesh; the rest is refused on the key."""
+    world = 1 if topology == "single" else 4
+    overrides = [
+        f"model={model}",
+        f"topology={topology}",
+        "launcher=torchrun",
+        *_launcher_overrides("torchrun", world),
+        *TRAINERS[trainer],
+        *(["data.image_size=32"] if model == "spikformer_cifar10" else []),
+    ]
+    expected, engine = TRAINER_MATRIX[(trainer, model, topology)]
+    try:
+        plan = plan_for(overrides)
+    except ConfigError as error:
+        assert str(error).startswith(f"invalid config: {error.key}=")
+        assert error.key == expected, f"refused on {error.key}, pinned {expected}: {error}"
+        return
+    assert expected == "plans", f"plans, but the matrix pins a refusal on {expected}"
+    assert (plan.engine, plan.device) == (engine, "cpu")
+    shape = MESH[topology][0] if world > 1 else (1, 1, 1)
+    assert plan.dims.world_size == world and plan.dims.mesh_shape == shape

@@ -233,6 +233,13 @@ def _checkpoints(values: dict[str, Any]) -> tuple[str | None, str | None, str | 
 
 
 def _check_trainer(trainer: dict[str, Any]) -> None:
+    if trainer.get("name") is not None:  # trainer=classify: the only named trainer option
+        raise ConfigError(
+            "trainer",
+            trainer["name"],
+            "default: GAN runs train with MMGen's train_model; trainer=classify is "
+            "SpikingJelly's classic Trainer, for SNN models",
+        )
     for key, default in (
         ("engine", "auto"),
         ("precision", "fp32"),
