@@ -56,14 +56,7 @@ def app(cfg: DictConfig) -> float | None:
             file=sys.stderr,
         )
         sys.exit(ConfigError.exit_code)
-    if distributed_env.in_slurm_job():
-        from experiments.launchers import slurm
-
-        slurm.export_rank_env()
-    from experiments.launchers import local
-
-    if local.is_sweep_point():
-        local.point_stops_on_ctrl_c()  # Ctrl-C at the sweep: checkpoint, `interrupted`
+    launchers.prepare_process()  # a Slurm task's ranks; a local sweep point's Ctrl-C
     sweep_login = hydra_cfg.mode == RunMode.MULTIRUN and not (
         distributed_env.is_worker() or distributed_env.in_slurm_job()
     )
@@ -71,7 +64,7 @@ def app(cfg: DictConfig) -> float | None:
         # One writer per run directory (run/lock.py): a single run took it before Hydra made
         # the directory (callbacks.on_run_start); a local sweep's login holds its point's for
         # the point's process, which joins it; a Slurm task joins its job's.
-        if sweep_login and local.ctrl_c_received():
+        if sweep_login and launchers.ctrl_c_received():
             callbacks.stop_sweep(hydra_cfg)  # Ctrl-C between points: start no other one
         lock.hold(Path(hydra_cfg.runtime.output_dir))
         lock.check_readable(Path(hydra_cfg.runtime.output_dir))  # a newer version's: refused
@@ -90,7 +83,7 @@ def app(cfg: DictConfig) -> float | None:
             logger=_container(cfg.get("logger")),
             config=OmegaConf.to_container(cfg, resolve=True),
         )
-        if sweep_login and local.ctrl_c_received():
+        if sweep_login and launchers.ctrl_c_received():
             callbacks.stop_sweep(hydra_cfg)  # the point stopped (or ended): no further one
         return value
     except lock.RunDirRefused as error:  # another run's or version's: write nothing into it

@@ -85,3 +85,25 @@ def launch_token(plan: Any) -> str | None:
     from experiments.launchers import torchrun
 
     return torchrun.launch_token(plan)
+
+
+def prepare_process() -> None:
+    """What the launcher that started this process sets up in it before anything runs: a
+    Slurm task's rank environment, a local sweep point's Ctrl-C handling."""
+    from experiments import distributed_env
+
+    if distributed_env.in_slurm_job():
+        from experiments.launchers import slurm
+
+        slurm.export_rank_env()
+    from experiments.launchers import local
+
+    if local.is_sweep_point():
+        local.point_stops_on_ctrl_c()  # Ctrl-C at the sweep: checkpoint, `interrupted`
+
+
+def ctrl_c_received() -> bool:
+    """Ctrl-C reached a local sweep's login (the running point stops after a checkpoint)."""
+    from experiments.launchers import local
+
+    return local.ctrl_c_received()
