@@ -6,8 +6,8 @@ rebuilt from the run's own record (`.hydra/config.yaml`) through the same plan a
 single-process run of that config gets, so MMGen's builders, the recipe, the dataset and its
 transforms are the ones training used; the checkpoint's weights are loaded with mmcv's
 `load_checkpoint` (strict: a checkpoint that does not fit the recipe is refused, not half
-loaded). The metrics are the engine's own `quality` (MMGen's SWD and MS-SSIM, seeded), so on
-the run's final checkpoint, data, image count and seed they repeat the run's recorded values.
+loaded). The metrics are training's own (gan/quality.py: MMGen's SWD and MS-SSIM, seeded), so
+on the run's final checkpoint, data, image count and seed they repeat the run's recorded values.
 
 MMGen's precision/recall (`PR`) is not computed: it loads VGG16 weights (NVIDIA's TorchScript
 file or torchvision's ImageNet weights), a download; eval.json says so.

@@ -42,7 +42,7 @@ def child_command(overrides: list[str], run_dir: str) -> list[str]:
     return [sys.executable, "-m", "experiments.train", *overrides, *run_dir_overrides(run_dir)]
 
 
-# Set in the environment of a local sweep's point (train.py _launch_child).
+# Set in the environment of a local sweep's point (launchers/children.py).
 SWEEP_POINT_ENV = "EXPERIMENTS_SWEEP_POINT"
 _ctrl_c = {"count": 0}
 

@@ -56,7 +56,7 @@ class SNNPlan:
     trainer: dict[str, Any] = field(default_factory=dict)
     # "key: old -> new" for each key this launch raises on a recorded run (run/recorded_config.py)
     extensions: list[str] = field(default_factory=list)
-    # trainer=classify: SpikingJelly's train_classify.Trainer command line (engines/classify.py)
+    # trainer=classify: SpikingJelly's train_classify.Trainer command line (classify_plan.py)
     trainer_args: list[str] = field(default_factory=list)
 
     objective: str = OBJECTIVE  # the metric a sweep optimises and a re-run reports
