@@ -1,8 +1,8 @@
 """`experiments-train` / `python -m experiments.train`: compose, validate, launch, record.
 
 Reads top to bottom: the callback (callbacks.py) has already validated the composed config
-before Hydra made the run directory; here the plan picks the engine for the model family and
-the launcher decides who runs it.
+before Hydra made the run directory; here the launcher (launchers/) decides who runs the plan,
+the family (families.py) names the engine that trains it, and run/ records how it ended.
 """
 
 from __future__ import annotations
