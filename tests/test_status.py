@@ -70,3 +70,36 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys, args, said) ->
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err, err
+
+
+def test_report_of_a_sweep_under_way_says_what_is_still_to_come(tmp_path: Path, capsys) -> None:
+    """experiments-report on a sweep that is partly done (a Slurm sweep submitted with its jobs
+    still queued, say): it reports what finished and counts the points still running and
+    those not started, from the sweep's multirun.yaml (4 points planned, 2 begun)."""
+    from experiments import report
+
+    sweep = tmp_path / "sweep"
+    _point(sweep, "0", {"status": "completed", "engine": "cpu", "metrics": {"val_accuracy": 0.9},
+                        "overrides": ["optimizer.lr=0.001"]})  # fmt: skip
+    _point(sweep, "1", {"status": "running", "engine": "cpu", "overrides": ["optimizer.lr=0.003"]})
+    (sweep / "multirun.yaml").write_text(
+        "hydra:\n  sweeper:\n    _target_: hydra._internal.core_plugins.basic_sweeper."
+        "BasicSweeper\n    params: null\n  overrides:\n    task:\n"
+        "    - optimizer.lr=0.001,0.003,0.01,0.03\n    - trainer.epochs=1\n"
+    )
+    with pytest.raises(SystemExit) as exited:
+        report.main([str(sweep)])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert "2 points (1 completed, 1 running)" in out
+    assert "best val_accuracy 0.9000 at point 0" in out
+    assert "still to come: 1 point(s) running, 2 not started" in out
+    (sweep / "1" / "summary.json").write_text(json.dumps(
+        {"record_format": 1, "status": "completed", "engine": "cpu",
+         "metrics": {"val_accuracy": 0.8}, "overrides": ["optimizer.lr=0.003"]}))  # fmt: skip
+    for name, value in (("2", 0.7), ("3", 0.6)):
+        _point(sweep, name, {"status": "completed", "engine": "cpu",
+                             "metrics": {"val_accuracy": value}})  # fmt: skip
+    with pytest.raises(SystemExit):
+        report.main([str(sweep)])
+    assert "still to come" not in capsys.readouterr().out  # all four finished

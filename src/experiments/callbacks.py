@@ -21,6 +21,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from experiments import distributed_env, launchers
+from experiments.composition import sweep_points
 from experiments.errors import ConfigError
 from experiments.run.record import COMMAND_ENV, user_command
 
@@ -93,20 +94,6 @@ def _print(text: str) -> None:
     the interpreter's exit."""
     print(text)
     sys.stdout.flush()
-
-
-def sweep_points(config: DictConfig) -> list[list[str]] | None:
-    """The override lists of every point of a basic-sweeper sweep, expanded as the sweeper
-    will expand them; None for other sweepers (they choose points while they run)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    sweeper = config.hydra.sweeper
-    if not str(sweeper.get("_target_", "")).endswith("BasicSweeper"):
-        return None
-    params = [f"{key}={value}" for key, value in (sweeper.get("params") or {}).items()]
-    parsed = OverridesParser.create().parse_overrides([*params, *config.hydra.overrides.task])
-    return [point for batch in BasicSweeper.split_arguments(parsed, None) for point in batch]
 
 
 def _fixed_overrides(overrides: list[str]) -> list[str]:

@@ -1,5 +1,6 @@
 """What every family's plan shares: the composed config read as plain values, the overrides a
-launched process repeats, and how a dry run shows a command.
+launched process repeats, how a dry run shows a command, and the points a sweep expands to
+(read before the sweep starts by callbacks.py, and from its multirun.yaml by the report).
 
 Kept apart from `plan.py` (which picks the family) so the family plans (`snn/plan.py`,
 `gan/plan.py`) import it without importing each other.
@@ -74,3 +75,17 @@ def _first_line(error: Exception) -> str:
 def _error_key(error: Exception, fallback: object) -> str:
     key = getattr(error, "full_key", None)
     return str(key) if key else str(fallback)
+
+
+def sweep_points(config: Any) -> list[list[str]] | None:
+    """The override lists of every point of a basic-sweeper sweep, expanded as the sweeper
+    will expand them; None for other sweepers (they choose points while they run)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    sweeper = config.hydra.sweeper
+    if not str(sweeper.get("_target_", "")).endswith("BasicSweeper"):
+        return None
+    params = [f"{key}={value}" for key, value in (sweeper.get("params") or {}).items()]
+    parsed = OverridesParser.create().parse_overrides([*params, *config.hydra.overrides.task])
+    return [point for batch in BasicSweeper.split_arguments(parsed, None) for point in batch]

@@ -22,7 +22,10 @@ from typing import Any
 from experiments.families import Family, for_points
 from experiments.report import figures as figs
 from experiments.report import seeds
-from experiments.report.points import PointIndex, replacing
+from experiments.report.points import FINAL, UNREADABLE, PointIndex, planned_points, replacing
+
+# A point in one of these states will not change without a new launch.
+DONE = (*FINAL, "interrupted", "pruned", UNREADABLE)
 
 __all__ = ["format_outcome", "format_run", "update_report", "write_report"]
 
@@ -148,6 +151,9 @@ def write_report(
         "seeds": seed_table,
         "seed_keys": config_keys,
         "pruned": [r for r in table if r["status"] == "pruned"],
+        # a sweep still under way: points not final yet, and points not started (or queued)
+        "unfinished": [r for r in table if r["status"] not in DONE],
+        "planned": planned_points(sweep_dir),
     }
 
 
@@ -257,6 +263,14 @@ def format_outcome(sweep_dir: Path, outcome: dict[str, Any]) -> str:
     failed_seeds = sum(row["n_failed"] for row in outcome.get("seeds") or [])
     if failed_seeds:
         lines.append(f"  {failed_seeds} failed seed(s) counted in report_seeds.csv (n_failed)")
+    unfinished = len(outcome.get("unfinished") or [])
+    not_started = max((outcome.get("planned") or 0) - outcome["points"], 0)
+    if unfinished or not_started:
+        lines.append(
+            f"  still to come: {unfinished} point(s) running, {not_started} not started (queued "
+            "or waiting for a slot); this report shows what has finished, and "
+            "experiments-report <sweep dir> again shows the rest"
+        )
     for row in outcome.get("pruned") or []:
         lines.append(f"  pruned point {row['point']} (stopped early by the search's pruner)")
     for row in outcome["rows"]:

@@ -226,3 +226,24 @@ def _read_index(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {"version": INDEX_VERSION}
     return index if index.get("version") == INDEX_VERSION else {"version": INDEX_VERSION}
+
+
+def planned_points(sweep_dir: Path) -> int | None:
+    """How many points the sweep has in all, from the multirun.yaml Hydra wrote as it started:
+    the basic sweeper's expansion, a search's n_trials; None when unknown (no such file)."""
+    path = Path(sweep_dir) / "multirun.yaml"
+    if not path.is_file():
+        return None
+    try:
+        from omegaconf import OmegaConf
+
+        from experiments.composition import sweep_points
+
+        config = OmegaConf.load(path)
+        points = sweep_points(config)
+        if points is not None:
+            return len(points)
+        trials = OmegaConf.select(config, "hydra.sweeper.n_trials", default=None)
+        return trials if isinstance(trials, int) else None
+    except Exception:  # a file we cannot read says nothing about the points
+        return None
