@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -150,3 +151,57 @@ def test_eval_of_a_classic_trainer_run_reproduces_its_validation(tmp_path: Path)
     assert record["step"] == final["steps"] == 2
     assert abs(record["val_accuracy"] - final["val_accuracy"]) <= 1e-6
     assert abs(record["val_loss"] - final["val_loss"]) <= 1e-5 * final["val_loss"]
+
+
+def test_export_writes_one_file_that_eval_takes_and_refuses_bad_input(
+    run_dir: Path, tmp_path: Path, capsys
+) -> None:
+    """experiments-export of the run: <run>/export/<model>-step<N>.pt and its sidecar; a plain
+    state dict; moved away from the run, experiments-eval still evaluates it to the run's
+    numbers. Bad input: one line, exit 2, nothing written."""
+    import torch
+
+    from experiments.export import main as export_main
+
+    def export(*args: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as exited:
+            sys.argv = ["experiments-export", *args]
+            export_main()
+        out = capsys.readouterr()
+        return exited.value.code, out.out, out.err
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("eval*", "export"))
+    code, out, err = export(str(copy))
+    assert code == 0, err
+    exported = copy / "export" / "sew_resnet18-step6.pt"
+    assert f"Exported {exported}" in out
+    state = torch.load(exported, map_location="cpu", weights_only=True)
+    shard = torch.load(copy / "checkpoints" / "step_00000006" / "pp_0000_tp_0000.pt",
+                       map_location="cpu", weights_only=True)["model"]  # fmt: skip
+    assert set(state) == set(shard)
+    assert all(torch.equal(state[k], shard[k]) for k in state)  # the checkpoint's weights
+    moved = tmp_path / "elsewhere" / "model.pt"
+    moved.parent.mkdir()
+    shutil.move(exported, moved)
+    shutil.move(f"{exported}.json", f"{moved}.json")
+    code, _, err = evaluate(copy, moved)
+    assert code == 0, err
+    record = json.loads((copy / "eval.json").read_text())
+    final = json.loads((copy / "summary.json").read_text())["metrics"]
+    assert record["checkpoint"] == str(moved) and record["step"] == 6
+    assert abs(record["val_accuracy"] - final["val_accuracy"]) <= 1e-6
+
+    torn = copy / "checkpoints" / "step_00000003" / "pp_0000_tp_0000.pt"
+    torn.write_bytes(torn.read_bytes()[:1000])
+    for args, said in (
+        ([str(copy), "ema=true"], "ema=True"),
+        ([str(moved)], "not an export"),
+        ([str(copy), "epochs=3"], "out=FILE or ema=true|false"),
+        ([str(torn.parent)], "step_00000003"),
+        ([str(tmp_path / "elsewhere")], "a run directory made by experiments-train"),
+    ):
+        code, out, err = export(*args)
+        assert code == 2, (args, out, err)
+        assert err.startswith("error:") and err.strip().count("\n") == 0 and said in err, err
+    assert list((copy / "export").iterdir()) == []  # (moved away above) none written since

@@ -425,3 +425,36 @@ def test_eval_of_the_final_checkpoint_reproduces_the_runs_validation(runs: Runs,
     assert abs(evaluated["val_accuracy"] - metrics["val_accuracy"]) <= 1e-6
     assert abs(evaluated["val_loss"] - metrics["val_loss"]) <= 1e-5 * metrics["val_loss"]
     assert evaluated["images"] == 64
+
+
+@pytest.mark.parametrize("name", ["fsdp2_tp", "ddp_pp"])
+def test_export_of_a_sharded_run_is_one_state_dict_that_evaluates_to_its_numbers(
+    runs: Runs, name: str, tmp_path: Path, capsys
+) -> None:
+    """experiments-export merges the run's TP or PP shards into the single-process model's
+    state dict: a plain file (weights_only) that the builder's model takes whole and strictly,
+    and that experiments-eval (in-process here) evaluates to the run's own final numbers."""
+    import torch
+
+    from experiments.evaluate import evaluate
+    from experiments.export import export
+    from experiments.snn.evaluate import _config, _plan
+    from experiments.snn.models import build_single_process_model
+
+    run_dir = runs.get(name)
+    out = tmp_path / f"{name}.pt"
+    assert export([str(run_dir), f"out={out}"]) == 0
+    state = torch.load(out, map_location="cpu", weights_only=True)
+    sidecar = json.loads((tmp_path / f"{name}.pt.json").read_text())
+    assert (sidecar["step"], sidecar["run_dir"], sidecar["family"]) == (STEPS, str(run_dir), "snn")
+    plan = _plan(run_dir, _config(run_dir, []))
+    config = plan.training_config
+    model = build_single_process_model(config.model, torch.device("cpu"), config.batch_size)
+    assert set(state) == set(model.state_dict())  # no shard left out, nothing extra
+    model.load_state_dict(state, strict=True)  # and every tensor at its full size
+    assert evaluate([str(out)]) == 0
+    evaluated = json.loads((run_dir / "eval.json").read_text())
+    metrics = runs.summary(name)["metrics"]
+    assert evaluated["checkpoint"] == str(out) and evaluated["step"] == STEPS
+    assert abs(evaluated["val_accuracy"] - metrics["val_accuracy"]) <= 1e-6
+    assert abs(evaluated["val_loss"] - metrics["val_loss"]) <= 1e-5 * metrics["val_loss"]

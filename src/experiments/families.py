@@ -74,6 +74,8 @@ class Family:
     artifacts: Callable[[Path, dict[str, Any]], list[Path]] = _no_artifacts
     # module with evaluate_run(run_dir, checkpoint, overrides) -> exit status (experiments-eval)
     evaluator: str | None = None
+    # module with export_run(run_dir, checkpoint, out, ema) -> Path (experiments-export)
+    exporter: str | None = None
     # per-iteration metrics reach loggers through mmcv's logger hooks (not our loop's log)
     logs_through_mmcv: bool = False
     # imported once by a local sweep's warm process (launchers/warm_points.py)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from experiments.errors import ConfigError, EvaluationError
 from experiments.families import for_summary
+from experiments.run.exported import is_exported, read_sidecar
 from experiments.run.record import read_summary
 
 USAGE = """\
@@ -48,6 +49,17 @@ def find_target(argument: str) -> Target:
     if not path.exists():
         raise ConfigError("run", argument, "an existing run directory or checkpoint path")
     path = path.resolve()
+    if is_exported(path):  # experiments-export's file: its sidecar names the run
+        run_dir = Path(read_sidecar(path)["run_dir"])
+        summary = read_summary(run_dir)
+        if summary is None or not (run_dir / ".hydra" / "config.yaml").is_file():
+            raise ConfigError(
+                "run",
+                argument,
+                f"an export whose run is still there: its sidecar names {run_dir}, which is "
+                "not a run directory (anymore)",
+            )
+        return Target(run_dir, path, summary)
     for candidate in (path, *path.parents):
         summary = read_summary(candidate)
         if summary is not None and (candidate / ".hydra" / "config.yaml").is_file():

@@ -60,10 +60,7 @@ class Evaluated:
 def evaluate_run(run_dir: Path, checkpoint: Path | None, overrides: list[str]) -> int:
     cfg = _config(run_dir, overrides)
     plan = _plan(run_dir, cfg)
-    if plan.engine == "classify":
-        model, path, step = _load_classify(plan, run_dir, checkpoint)
-    else:
-        model, path, step = _load_newest_readable(plan, run_dir, checkpoint)
+    model, path, step = load_model(plan, run_dir, checkpoint)
     print(f"Evaluating {path} (step {step}) on data={plan.choices.get('data')} ...")
     result = _evaluate(plan, model)
     summary = read_summary(run_dir) or {}
@@ -134,6 +131,30 @@ def _plan(run_dir: Path, cfg: DictConfig) -> Any:
     choices = read_choices(run_dir)
     choices.update(ONE_LOCAL_PROCESS)
     return build_snn_plan(cfg, _resolve(cfg), run_dir, [], choices, [])
+
+
+def load_model(
+    plan: Any, run_dir: Path, checkpoint: Path | None
+) -> tuple[torch.nn.Module, Path, int]:
+    """The single-process model with a checkpoint's weights: the one named (a step folder,
+    a classic Trainer .pth, or a file experiments-export wrote), else the newest readable."""
+    from experiments.run.exported import is_exported
+
+    if checkpoint is not None and is_exported(checkpoint):
+        model = _build_model(plan)
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as error:
+            raise EvaluationError(
+                f"{checkpoint} does not fit this run's model: {str(error).splitlines()[0]}"
+            ) from None
+        from experiments.run.exported import read_sidecar
+
+        return model, checkpoint, int(read_sidecar(checkpoint)["step"])
+    if plan.engine == "classify":
+        return _load_classify(plan, run_dir, checkpoint)
+    return _load_newest_readable(plan, run_dir, checkpoint)
 
 
 def _build_model(plan: Any) -> torch.nn.Module:
@@ -276,8 +297,9 @@ def _first_loadable(
             return model, path, step
         except Exception as error:  # a truncated or foreign file raises many types
             problems.append(f"{path.name}: {type(error).__name__}: {error}")
-            print(f"warning: cannot load {path} ({problems[-1]}); trying the previous one",
-                  file=sys.stderr)  # fmt: skip
+            if path != candidates[-1]:  # the last one's problem is the error below
+                print(f"warning: cannot load {path} ({problems[-1]}); trying the previous one",
+                      file=sys.stderr)  # fmt: skip
     raise EvaluationError("no checkpoint can be loaded: " + "; ".join(problems))
 
 

@@ -75,6 +75,7 @@ FAMILY = Family(
     },
     completed_lines=completed_lines,
     evaluator="experiments.snn.evaluate",
+    exporter="experiments.snn.export",
     warm_modules=(
         "experiments.snn.plan",
         "experiments.snn.models.sew_resnet",
