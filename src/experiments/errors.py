@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 
 class ConfigError(Exception):
@@ -24,3 +26,15 @@ class ConfigError(Exception):
 class EvaluationError(RuntimeError):
     """A run cannot be evaluated as asked (e.g. none of its checkpoints is readable): not a
     config mistake, so `experiments-eval` prints it as one line and exits 1."""
+
+
+def exit_in_one_line(command: Callable[[list[str]], int], evaluation_exit: int = 1) -> NoReturn:
+    """A console command's main (experiments-eval, -sample, -export): its own exit status, or
+    a ConfigError as one line and exit 2, an EvaluationError as one line and
+    `evaluation_exit`; never a traceback for either."""
+    try:
+        status = command(sys.argv[1:])
+    except (ConfigError, EvaluationError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        status = ConfigError.exit_code if isinstance(error, ConfigError) else evaluation_exit
+    sys.exit(status)

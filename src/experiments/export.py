@@ -11,10 +11,9 @@ work (experiments/families.py); bad input is one line and exit 2, nothing writte
 from __future__ import annotations
 
 import importlib
-import sys
 from pathlib import Path
 
-from experiments.errors import ConfigError, EvaluationError
+from experiments.errors import ConfigError, exit_in_one_line
 from experiments.evaluate import find_target
 from experiments.families import for_summary
 
@@ -60,14 +59,8 @@ def export(argv: list[str]) -> int:
 
 
 def main() -> None:
-    try:
-        sys.exit(export(sys.argv[1:]))
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(ConfigError.exit_code)
-    except EvaluationError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(ConfigError.exit_code)
+    """An export that cannot be made (a torn checkpoint) is bad input here: exit 2 as well."""
+    exit_in_one_line(export, evaluation_exit=ConfigError.exit_code)
 
 
 if __name__ == "__main__":

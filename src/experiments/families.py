@@ -97,15 +97,6 @@ _registry: dict[str, Family] = {}
 _loaded = False
 
 
-def register(family: Family) -> Family:
-    """Add (or replace) a family; registered families are asked before the built-in ones."""
-    _load()
-    others = {name: f for name, f in _registry.items() if name != family.name}
-    _registry.clear()
-    _registry.update({family.name: family, **others})
-    return family
-
-
 def all_families() -> list[Family]:
     _load()
     return list(_registry.values())
@@ -130,7 +121,7 @@ def for_model(model: Any) -> Family:
     for family in all_families():
         if family.owns(model):
             return family
-    raise ConfigError(  # only when a registered family claims nothing and no default exists
+    raise ConfigError(  # only when no family (built-in or installed) claims the model
         "model.family", model.get("family"), "one of " + ", ".join(_registry)
     )
 
@@ -158,11 +149,6 @@ def for_points(points: Iterable[Mapping[str, Any]]) -> Family:
     if len(found) == 1:
         return next(f for f in families if f.name in found)
     return families[-1]
-
-
-def engine_module(engine: str) -> ModuleType:
-    """The module that trains with this engine (`train(plan, recorder)`)."""
-    return for_engine(engine).engine(engine)
 
 
 def engine_names() -> list[str]:

@@ -10,14 +10,14 @@ like the training command.
 from __future__ import annotations
 
 import importlib
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiments.errors import ConfigError, EvaluationError
+from experiments.errors import ConfigError, exit_in_one_line
 from experiments.families import for_summary
 from experiments.run.exported import is_exported, read_sidecar
 from experiments.run.record import read_summary
+from experiments.run.recorded_run import config_path
 
 USAGE = """\
 usage: experiments-eval <run dir | checkpoint> [key=value ...]
@@ -51,8 +51,8 @@ def find_target(argument: str) -> Target:
     path = path.resolve()
     if is_exported(path):  # experiments-export's file: its sidecar names the run
         run_dir = Path(read_sidecar(path)["run_dir"])
-        summary = read_summary(run_dir)
-        if summary is None or not (run_dir / ".hydra" / "config.yaml").is_file():
+        summary = _run_summary(run_dir)
+        if summary is None:
             raise ConfigError(
                 "run",
                 argument,
@@ -61,8 +61,8 @@ def find_target(argument: str) -> Target:
             )
         return Target(run_dir, path, summary)
     for candidate in (path, *path.parents):
-        summary = read_summary(candidate)
-        if summary is not None and (candidate / ".hydra" / "config.yaml").is_file():
+        summary = _run_summary(candidate)
+        if summary is not None:
             return Target(candidate, None if candidate == path else path, summary)
     raise ConfigError(
         "run",
@@ -70,6 +70,13 @@ def find_target(argument: str) -> Target:
         "a run directory made by experiments-train (with summary.json and .hydra/config.yaml),"
         " or a checkpoint inside one",
     )
+
+
+def _run_summary(directory: Path) -> dict | None:
+    """The summary of a run directory experiments-train made (summary.json and its recorded
+    config), else None."""
+    summary = read_summary(directory)
+    return summary if summary is not None and config_path(directory).is_file() else None
 
 
 def parse_overrides(arguments: list[str]) -> list[str]:
@@ -98,11 +105,4 @@ def evaluate(argv: list[str]) -> int:
 
 
 def main() -> None:
-    try:
-        sys.exit(evaluate(sys.argv[1:]))
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(ConfigError.exit_code)
-    except EvaluationError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(1)
+    exit_in_one_line(evaluate)

@@ -15,7 +15,6 @@ written; a bad one is one line and exit 2.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from experiments.errors import ConfigError, EvaluationError
+from experiments.errors import ConfigError, exit_in_one_line
 from experiments.known_keys import nearest
 
 USAGE = """\
@@ -257,9 +256,4 @@ def _default_out(
 def main() -> None:
     """Bad input (ConfigError) is exit 2, a run that cannot be sampled (EvaluationError: no
     readable checkpoint) exit 1, each one line, as experiments-eval."""
-    try:
-        status = sample(sys.argv[1:])
-    except (ConfigError, EvaluationError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        status = ConfigError.exit_code if isinstance(error, ConfigError) else 1
-    sys.exit(status)
+    exit_in_one_line(sample)

@@ -151,9 +151,8 @@ def write_report(
         "seeds": seed_table,
         "seed_keys": config_keys,
         "pruned": [r for r in table if r["status"] == "pruned"],
-        # a sweep still under way: points not final yet, and points not started (or queued)
+        # a sweep still under way: its points not final yet (format_outcome counts the rest)
         "unfinished": [r for r in table if r["status"] not in DONE],
-        "planned": planned_points(sweep_dir),
     }
 
 
@@ -264,7 +263,8 @@ def format_outcome(sweep_dir: Path, outcome: dict[str, Any]) -> str:
     if failed_seeds:
         lines.append(f"  {failed_seeds} failed seed(s) counted in report_seeds.csv (n_failed)")
     unfinished = len(outcome.get("unfinished") or [])
-    not_started = max((outcome.get("planned") or 0) - outcome["points"], 0)
+    # read here, where the outcome is printed, not by every point's report update
+    not_started = max((planned_points(sweep_dir) or 0) - outcome["points"], 0)
     if unfinished or not_started:
         lines.append(
             f"  still to come: {unfinished} point(s) running, {not_started} not started (queued "
