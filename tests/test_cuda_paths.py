@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 from pathlib import Path
 
@@ -185,6 +186,9 @@ def test_one_rank_gan_under_torchrun_takes_mmgens_distributed_path(launch, distr
     assert plan.mmgen_config.runner.is_dynamic_ddp is distributed  # dcgan: dynamic DDP
 
 
+INITIAL_SCALE = 2.0**16  # torch's default
+
+
 @pytest.mark.slow
 def test_classify_amp_branch_rehearsed_on_cpu(tmp_path, monkeypatch):
     """trainer=classify with amp: the Trainer's GradScaler branch (scale, unscale, step,
@@ -200,7 +204,11 @@ def test_classify_amp_branch_rehearsed_on_cpu(tmp_path, monkeypatch):
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled)
 
     monkeypatch.setattr(torch.cuda.amp, "autocast", cpu_autocast)
-    monkeypatch.setattr(torch.cuda.amp, "GradScaler", lambda *a, **k: torch.amp.GradScaler("cpu"))
+    monkeypatch.setattr(
+        torch.cuda.amp,
+        "GradScaler",
+        lambda *a, **k: torch.amp.GradScaler("cpu", init_scale=INITIAL_SCALE),
+    )
     run_dir = tmp_path / "run"
     base = ["trainer=classify", "trainer.lr_scheduler=step", "data=synthetic",
             "data.train_size=16", "data.val_size=8", "model.time_steps=2",
@@ -213,10 +221,29 @@ def test_classify_amp_branch_rehearsed_on_cpu(tmp_path, monkeypatch):
         recorder = RunRecorder(run_dir, {}, enabled=True)
         return classify.train(plan, recorder)
 
+    def scaler_counts(steps: int) -> tuple[int, int]:
+        """(skipped, counted since the last skip) from the saved GradScaler state. Its
+        update() after each step either counts the step (_growth_tracker + 1; growth comes
+        only after 2000) or, when the step's gradients were not finite, skips it: the scale
+        halves and the count restarts. Under CPU bf16 a step now and then is not finite
+        (seen in 1 of ~5 runs here), so both are the scaler doing its job."""
+        state = classify_plan._torch_load(
+            classify_plan.checkpoint_dir(run_dir) / classify_plan.LATEST
+        )["scaler"]
+        skipped = round(math.log2(INITIAL_SCALE / state["scale"]))
+        counted = state["_growth_tracker"]
+        assert counted <= steps - skipped, state
+        if skipped == 0:
+            assert counted == steps, state  # update() every step
+        return skipped, counted
+
     first = train(1)
-    saved = classify_plan._torch_load(classify_plan.checkpoint_dir(run_dir) / classify_plan.LATEST)
-    assert saved["scaler"]["_growth_tracker"] == first["steps"] == 2  # update() every step
+    assert first["steps"] == 2
+    skipped, counted = scaler_counts(2)
     second = train(2)  # resumes: the scaler's state comes back, then two more updates
     saved = classify_plan._torch_load(classify_plan.checkpoint_dir(run_dir) / classify_plan.LATEST)
     assert (saved["epoch"], second["steps"]) == (1, 4)
-    assert saved["scaler"]["_growth_tracker"] == 4
+    skipped_after, counted_after = scaler_counts(4)
+    assert skipped_after >= skipped  # the scale came back from the checkpoint
+    if skipped_after == skipped:  # no skip in epoch 2: its count continues epoch 1's
+        assert counted_after == counted + 2
