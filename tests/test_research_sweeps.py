@@ -19,7 +19,7 @@ from optuna.trial import TrialState
 from experiments.errors import ConfigError
 from experiments.sweepers import pruning
 
-from .conftest import MAX_TIMEOUT, plan_for, read_jsonl, run_cli
+from .conftest import MAX_TIMEOUT, plan_for, read_jsonl, run_cli, run_cli_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -33,10 +33,18 @@ TINY = [
     "trainer.batch_size=16",
     "logger=none",
 ]
+SLURM = ["launcher=slurm", "launcher.mem_gb=4", "launcher.cpus_per_task=1"]
 
 
 def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
+
+
+def study_trials(sweep_dir: Path) -> list:
+    """The trials of the search's one study, from its SQLite storage in the sweep directory."""
+    url = f"sqlite:///{sweep_dir / 'optuna.db'}"
+    (only,) = optuna.get_all_study_summaries(storage=url)
+    return optuna.load_study(study_name=only.study_name, storage=url).get_trials()
 
 
 # ---------------------------------------------------------------- seeds as replicates
@@ -125,10 +133,10 @@ def test_seeds_are_grouped_as_replicates(seed_sweep) -> None:
 
 @pytest.fixture(scope="module")
 def pruned_search(module_tmp: Callable[[str], Path]) -> dict:
-    """The preset's TPE search, 6 trials over a learning rate that trains and one that
+    """The preset's TPE search, 3 trials over a learning rate that trains and one that
     diverges (lr=inf: its losses are NaN from the first epoch), 3 epochs each, the median
-    pruner after one completed trial. Sampler seed 11 draws good, inf, inf, inf, good, good
-    (Optuna 2.10's TPE on this choice)."""
+    pruner after one completed trial. Sampler seed 11 draws good, inf, inf (Optuna 2.10's
+    TPE on this choice)."""
     root = module_tmp("pruned")
     sweep_dir = root / "search"
     result = run_cli(
@@ -138,12 +146,13 @@ def pruned_search(module_tmp: Callable[[str], Path]) -> dict:
             "trainer.epochs=3",
             "hydra.sweeper.params={optimizer.lr:'choice(0.001,inf)'}",
             "hydra.sweeper.sampler.seed=11",
+            "hydra.sweeper.n_trials=3",
             "hydra.sweeper.pruner=median",
             "+hydra.sweeper.pruner_kwargs.n_startup_trials=1",
             f"hydra.sweep.dir={sweep_dir}",
         ],
         cwd=root,
-        timeout=MAX_TIMEOUT,  # 6 trials: ~250 s at load 9 on 2 cores
+        timeout=MAX_TIMEOUT,  # 3 trials: ~30 s on a fast day
     )
     return {"dir": sweep_dir, "result": result}
 
@@ -151,12 +160,10 @@ def pruned_search(module_tmp: Callable[[str], Path]) -> dict:
 def test_pruned_trials_stop_early_marked_in_study_and_report(pruned_search) -> None:
     sweep_dir, result = pruned_search["dir"], pruned_search["result"]
     assert result.returncode == 0, result.stderr[-3000:]  # pruned is no failure
-    url = f"sqlite:///{sweep_dir / 'optuna.db'}"
-    (only,) = optuna.get_all_study_summaries(storage=url)
-    trials = optuna.load_study(study_name=only.study_name, storage=url).get_trials()
-    assert len(trials) == 6
+    trials = study_trials(sweep_dir)
+    assert [t.params["optimizer.lr"] for t in trials] == [0.001, math.inf, math.inf]
     pruned = [t for t in trials if t.state == TrialState.PRUNED]
-    assert len(pruned) >= 2, [(t.number, t.state, t.params) for t in trials]
+    assert len(pruned) == 2, [(t.number, t.state, t.params) for t in trials]
     first_completed = min(t.number for t in trials if t.state == TrialState.COMPLETE)
     for trial in trials:
         run_dir = sweep_dir / str(trial.number)
@@ -182,7 +189,7 @@ def test_pruned_trials_stop_early_marked_in_study_and_report(pruned_search) -> N
 
 def test_pruner_settings_are_refused_before_the_search(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "search"
-    result = run_cli(
+    result = run_cli_in_process(
         [
             "hparams_search=digits_lr",
             *TINY,
@@ -286,28 +293,14 @@ def test_classic_trainer_stops_on_a_plateau_and_keeps_its_best_checkpoint(
 
 
 @pytest.mark.gan
-def test_gan_run_stops_on_a_plateau_and_keeps_its_best_checkpoint(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    result = run_cli(
-        [
-            "model=dcgan",
-            "model.iters=8",
-            "model.batch_size=16",
-            "model.log_interval=1",
-            "model.sample_interval=4",
-            "model.checkpoint_interval=4",
-            "model.num_samples=16",
-            "model.eval_images=0",
-            "logger=none",
-            "trainer.early_stopping.patience=1",
-            "trainer.early_stopping.min_delta=1e9",  # loss_gen never improves by that much
-            f"hydra.run.dir={run_dir}",
-        ],
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_gan_run_stops_on_a_plateau_and_keeps_its_best_checkpoint(gan_search: dict) -> None:
+    """Trial 0 of the GAN search below (the learning rate that trains): its loss_gen never
+    improves by 1e9, so it stops after 2 of 8 iterations and keeps the best one's checkpoint."""
+    run_dir = gan_search["dir"] / "0"
+    assert gan_search["result"].returncode == 0, gan_search["result"].stderr[-3000:]
     record = summary(run_dir)
     stopped = record["early_stopping"]
+    assert record["status"] == "completed"
     assert (stopped["metric"], stopped["mode"]) == ("loss_gen", "min")
     assert stopped["stopped"] and (stopped["stopped_at_step"], stopped["best_step"]) == (2, 1)
     assert record["metrics"]["steps"] == 2
@@ -381,9 +374,7 @@ def test_slurm_search_refills_a_finished_trials_slot_at_once(slurm_cluster, tmp_
         [
             "hparams_search=digits_lr",
             *TINY,
-            "launcher=slurm",
-            "launcher.mem_gb=4",
-            "launcher.cpus_per_task=1",
+            *SLURM,
             "optimizer.lr=0.001",  # fixed: the search is over the epochs alone
             "trainer.epochs=choice(20,1)",
             "hydra.sweeper.sampler.seed=0",
@@ -394,9 +385,7 @@ def test_slurm_search_refills_a_finished_trials_slot_at_once(slurm_cluster, tmp_
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    url = f"sqlite:///{sweep_dir / 'optuna.db'}"
-    (only,) = optuna.get_all_study_summaries(storage=url)
-    trials = optuna.load_study(study_name=only.study_name, storage=url).get_trials()
+    trials = study_trials(sweep_dir)
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
     epochs = [t.params["trainer.epochs"] for t in trials]
     assert sorted(epochs[:2]) == [1, 20], epochs  # the first two: one short, one long
@@ -408,3 +397,180 @@ def test_slurm_search_refills_a_finished_trials_slot_at_once(slurm_cluster, tmp_
     # the refill: trial 2 asked (and submitted) once the short trial ended, while the long
     # one still ran (in fixed batches it would have waited for both)
     assert short.datetime_complete <= trials[2].datetime_start < long.datetime_complete
+
+
+@pytest.mark.slurm
+def test_slurm_trials_are_pruned_from_their_jobs(slurm_cluster, tmp_path: Path) -> None:
+    """The pruned search's settings on Slurm: 2 trials, sampler seed 11 draws a learning rate
+    that trains, then one that diverges. The diverging trial's job reports to the study's
+    SQLite storage from its Slurm job, is stopped after its first of 2 epochs, and ends PRUNED in
+    the study, `pruned` in its summary.json and the report."""
+    sweep_dir = tmp_path / "search"
+    result = run_cli(
+        [
+            "hparams_search=digits_lr",
+            *TINY,
+            *SLURM,
+            "trainer.epochs=2",
+            "hydra.sweeper.params={optimizer.lr:'choice(0.001,inf)'}",
+            "hydra.sweeper.sampler.seed=11",
+            "hydra.sweeper.n_trials=2",
+            "hydra.sweeper.pruner=median",
+            "+hydra.sweeper.pruner_kwargs.n_startup_trials=1",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    good, diverged = study_trials(sweep_dir)
+    assert (good.params["optimizer.lr"], diverged.params["optimizer.lr"]) == (0.001, math.inf)
+    assert good.state == TrialState.COMPLETE and sorted(good.intermediate_values) == [1, 2]
+    assert diverged.state == TrialState.PRUNED
+    assert diverged.intermediate_values == {1: -math.inf}
+    record = summary(sweep_dir / "1")
+    assert record["status"] == "pruned" and record["pruned"]["step"] == 1
+    assert record["slurm"]["job_id"]  # it ran as a Slurm job, and recorded itself there
+    assert len(read_jsonl(sweep_dir / "1" / "metrics.jsonl")) == 1  # 1 of 2 epochs
+    with open(sweep_dir / "report.csv", newline="") as handle:
+        statuses = {row["point"]: row["status"] for row in csv.DictReader(handle)}
+    assert statuses == {"0": "completed", "1": "pruned"}
+    assert "1 pruned" in result.stdout
+
+
+# ---------------------------------------------------------------- GAN trials
+
+
+GAN_KEY = "+model.cfg_options.optimizer.generator.lr"  # MMGen's optimizer, through cfg_options
+
+
+@pytest.fixture(scope="module")
+def gan_search(module_tmp: Callable[[str], Path]) -> dict:
+    """A GAN search minimising swd with the median pruner and early stopping on: 2 trials
+    over the generator's learning rate; sampler seed 11 draws one that trains, then one that
+    diverges (lr=inf: NaN losses from the first iteration). 8 iterations, a log interval of
+    1: each trial measures swd and reports it at every iteration, and asks early stopping
+    (loss_gen never improves by 1e9: a plateau from the first interval on)."""
+    root = module_tmp("gan_search")
+    sweep_dir = root / "search"
+    result = run_cli(
+        [
+            "-m",
+            "hydra/sweeper=optuna_resumable",
+            "model=dcgan",
+            "model.iters=8",
+            "model.batch_size=16",
+            "model.log_interval=1",
+            "model.sample_interval=4",
+            "model.checkpoint_interval=4",
+            "model.num_samples=16",
+            "model.eval_images=16",
+            "logger=none",
+            "trainer.early_stopping.patience=1",
+            "trainer.early_stopping.min_delta=1e9",
+            f"{GAN_KEY}=choice(0.0004,inf)",
+            "hydra.sweeper.direction=minimize",
+            "hydra.sweeper.n_trials=2",
+            "hydra.sweeper.n_jobs=1",  # asked one at a time (hydra-optuna-sweeper's default: 2)
+            "hydra.sweeper.sampler.seed=11",
+            "hydra.sweeper.pruner=median",
+            "+hydra.sweeper.pruner_kwargs.n_startup_trials=1",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=root,
+        timeout=MAX_TIMEOUT,
+    )
+    return {"dir": sweep_dir, "result": result}
+
+
+@pytest.mark.gan
+def test_gan_trials_report_swd_and_a_diverging_one_is_pruned(gan_search: dict) -> None:
+    """The trial that trains reports swd at iterations 1 and 2 (then stops early): its last
+    report is its final swd (the same seeded measurement). The diverged one is stopped at its
+    first report, PRUNED in the study and `pruned` in its record."""
+    sweep_dir, result = gan_search["dir"], gan_search["result"]
+    assert result.returncode == 0, result.stderr[-3000:]
+    trained, diverged = study_trials(sweep_dir)
+    assert (trained.params[GAN_KEY], diverged.params[GAN_KEY]) == (0.0004, math.inf)
+    record = summary(sweep_dir / "0")
+    assert trained.state == TrialState.COMPLETE and record["status"] == "completed"
+    assert sorted(trained.intermediate_values) == [1, 2]  # iterations 1 and 2
+    assert trained.intermediate_values[2] == pytest.approx(record["metrics"]["swd"], rel=1e-6)
+    assert trained.value == pytest.approx(record["metrics"]["swd"])
+    record = summary(sweep_dir / "1")
+    assert diverged.state == TrialState.PRUNED
+    assert diverged.intermediate_values == {1: math.inf}  # NaN losses: the worst swd
+    assert record["status"] == "pruned" and record["pruned"]["step"] == 1
+    assert record["pruned"]["objective"] == "swd"
+    assert not list((sweep_dir / "1").rglob("iter_2.pth"))  # stopped at iteration 1
+    assert "1 pruned" in result.stdout
+
+
+@pytest.mark.gan
+def test_trials_that_cannot_report_are_refused_in_a_pruned_search() -> None:
+    """Planned at the login with the search's config: a trial that would never report (or
+    report NaN) is refused before the search starts, not run to its end unpruned."""
+    search = ["hydra/sweeper=optuna_resumable", "hydra.sweeper.pruner=median"]
+    search += ["hydra.sweeper.direction=maximize"]
+    gan = ["data=digits", "model=dcgan", "hydra.sweeper.direction=minimize"]
+    with pytest.raises(ConfigError) as refused:
+        plan_for([*search, *gan, "model.eval_images=0"])
+    assert str(refused.value) == (
+        "invalid config: model.eval_images=0: an integer >= 2: a trial of a search with "
+        "hydra.sweeper.pruner=median reports its swd to the pruner at every model.log_interval"
+    )
+    with pytest.raises(ConfigError) as refused:
+        plan_for([*search, "data=synthetic", "trainer.engine=spikingjelly"])
+    assert str(refused.value) == (
+        "invalid config: hydra.sweeper.pruner='median': none with trainer.engine=spikingjelly: "
+        "SpikingJelly's train_classification loop has no hook or callback to stop it early; "
+        "use trainer.engine=cpu or trainer=classify"
+    )
+    # without a pruner both plan
+    assert plan_for([*gan, "hydra/sweeper=optuna_resumable", "model.eval_images=0"]).recipe
+    assert plan_for([*search, "data=synthetic"]).engine == "cpu"
+
+
+@pytest.mark.gan
+def test_a_search_in_the_direction_opposite_to_its_objective_is_refused() -> None:
+    """hydra-optuna-sweeper minimises by default: a search over an SNN's val_accuracy left at
+    its default would look for the worst model."""
+    optuna_sweeper = ["hydra/sweeper=optuna_resumable", "data=synthetic"]
+    cases = [
+        (optuna_sweeper, "'minimize': maximize: each trial returns its val_accuracy"),
+        ([*optuna_sweeper, "hydra.sweeper.direction=[maximize,minimize]"], "['maximize', "),
+        (
+            ["hydra/sweeper=optuna_resumable", "model=dcgan", "hydra.sweeper.direction=maximize"],
+            "'maximize': minimize: each trial returns its swd (lower is better)",
+        ),
+    ]
+    for overrides, message in cases:
+        with pytest.raises(ConfigError) as refused:
+            plan_for(overrides)
+        assert str(refused.value).startswith(
+            f"invalid config: hydra.sweeper.direction={message}"
+        ), str(refused.value)
+    assert plan_for([*optuna_sweeper, "hydra.sweeper.direction=maximize"]).engine == "cpu"
+    assert plan_for(["hparams_search=digits_lr", "data=synthetic"]).engine == "cpu"
+    assert plan_for(["data=synthetic"]).engine == "cpu"  # the basic sweeper has no direction
+
+
+def test_a_search_is_checked_before_its_study_opens(tmp_path: Path) -> None:
+    """The login plans an Optuna search's base config (hydra/sweeper is a hydra override, not
+    a point's): refused in one line, exit 2, before the study or any trial directory exists."""
+    sweep_dir = tmp_path / "search"
+    result = run_cli_in_process(
+        [
+            "-m",
+            "hydra/sweeper=optuna_resumable",
+            *TINY,
+            "optimizer.lr=interval(1e-4,1e-2)",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines() == [
+        "error: invalid config: hydra.sweeper.direction='minimize': maximize: each trial "
+        "returns its val_accuracy (higher is better)"
+    ]
+    assert not sweep_dir.exists() and not (tmp_path / "outputs").exists()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -63,23 +65,32 @@ def test_single_run_completes_through_the_scheduler(slurm_cluster, tmp_path: Pat
 
 
 def test_two_point_sweep_runs_as_slurm_jobs(slurm_cluster, tmp_path: Path) -> None:
+    """Two seeds as one job array; the report groups them as replicates (issue 29 on Slurm)."""
     sweep = tmp_path / "sweep"
     result = run_cli(
-        ["-m", *SMALL, "trainer.max_steps=2", "optimizer.lr=1e-3,2e-3", f"hydra.sweep.dir={sweep}"],
+        ["-m", *SMALL, "trainer.max_steps=2", "seed=1,2", f"hydra.sweep.dir={sweep}"],
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = set()
-    for point, lr in (("0", 1e-3), ("1", 2e-3)):
+    finals = []
+    for point, seed in (("0", 1), ("1", 2)):
         record = summary(sweep / point)
         assert record["status"] == "completed"
         jobs.add(record["slurm"]["array_job_id"])
         assert sacct_states(record["slurm"]["job_id"]) == {"COMPLETED"}
-        # the learning rate the job's optimizer trained with (logged by the worker)
-        logged = [m["lr"] for m in read_jsonl(sweep / point / "metrics.jsonl")]
-        assert logged and all(value == pytest.approx(lr) for value in logged), (point, logged)
+        # the seed the job's worker trained with (its checkpoint's recipe)
+        (meta,) = (sweep / point).glob("checkpoints/step_*/meta.json")
+        assert json.loads(meta.read_text())["recipe"]["seed"] == seed, point
+        finals.append(record["metrics"])
     assert len(jobs) == 1 and None not in jobs  # one job array
     assert "2 points (2 completed)" in result.stdout
+    with open(sweep / "report_seeds.csv", newline="") as handle:
+        (row,) = list(csv.DictReader(handle))  # one configuration, two replicates
+    assert (row["n"], row["n_completed"], row["n_failed"]) == ("2", "2", "0")
+    values = [m["val_loss"] for m in finals]
+    assert float(row["val_loss_mean"]) == pytest.approx(statistics.fmean(values))
+    assert float(row["val_loss_std"]) == pytest.approx(statistics.stdev(values))
 
 
 def test_two_tasks_train_ddp_across_slurm_tasks(slurm_cluster, tmp_path: Path) -> None:

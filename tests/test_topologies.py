@@ -14,7 +14,9 @@ What proves a topology, not just a few losses:
 
 from __future__ import annotations
 
+import csv
 import json
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
@@ -384,16 +386,18 @@ def test_two_rank_ddp_on_digits_learns_in_two_epochs(runs: Runs, figures) -> Non
 
 def test_multirun_with_torchrun_launches_each_point_once(runs: Runs) -> None:
     """Each sweep point becomes one torchrun job in its own directory; the workers run that
-    point only (they get the point's overrides, not the sweep), with the point's lr."""
+    point only (they get the point's overrides, not the sweep), with the point's seed. The
+    sweep varies the seed alone: the report groups the points as replicates of one
+    configuration (issue 29 on torchrun sweeps)."""
     sweep_dir = runs.root / "sweep"
     result = run_cli(
         [
             "-m",
-            *COMMON,
+            *[a for a in COMMON if not a.startswith("seed=")],
             "trainer.max_steps=2",
             "topology=ddp",
             *TWO,
-            "optimizer.lr=1e-3,2e-3",
+            "seed=1,2",
             f"hydra.sweep.dir={sweep_dir}",
         ],
         cwd=runs.root,
@@ -401,13 +405,25 @@ def test_multirun_with_torchrun_launches_each_point_once(runs: Runs) -> None:
     )
     assert result.returncode == 0, result.stderr[-4000:]
     assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir()) == ["0", "1"]
-    for number, lr in (("0", 1e-3), ("1", 2e-3)):
-        summary = json.loads((sweep_dir / number / "summary.json").read_text())
+    finals = []
+    for number, seed in (("0", 1), ("1", 2)):
+        point = sweep_dir / number
+        summary = json.loads((point / "summary.json").read_text())
         assert summary["status"] == "completed" and summary["world_size"] == 2
         assert summary["metrics"]["steps"] == 2
-        # the lr the workers' optimizer used, not the override echoed back
-        assert read_jsonl(sweep_dir / number / "metrics.jsonl")[-1]["lr"] == lr
-        assert not [p for p in (sweep_dir / number).iterdir() if p.is_dir() and p.name.isdigit()]
+        # the seed the workers trained with (their checkpoint's recipe), not the override
+        (meta,) = point.glob("checkpoints/step_*/meta.json")
+        assert json.loads(meta.read_text())["recipe"]["seed"] == seed, number
+        assert not [p for p in point.iterdir() if p.is_dir() and p.name.isdigit()]
+        finals.append(summary["metrics"])
+    with open(sweep_dir / "report_seeds.csv", newline="") as handle:
+        (row,) = list(csv.DictReader(handle))  # one configuration, two replicates
+    assert (row["n"], row["n_completed"], row["n_failed"]) == ("2", "2", "0")
+    for metric in ("val_accuracy", "val_loss", "train_loss"):
+        values = [m[metric] for m in finals]
+        assert float(row[f"{metric}_mean"]) == pytest.approx(statistics.fmean(values))
+        assert float(row[f"{metric}_std"]) == pytest.approx(statistics.stdev(values))
+    assert "## Seeds as replicates" in (sweep_dir / "report.md").read_text()
 
 
 @pytest.mark.parametrize("name", ["single", "fsdp2_tp", "ddp_pp"])

@@ -105,6 +105,19 @@ def _fixed_overrides(overrides: list[str]) -> list[str]:
     return [o.input_line for o in parsed if not o.is_sweep_override()]
 
 
+def _compose_point(config: DictConfig, overrides: list[str]) -> DictConfig:
+    """A point's config as its run composes it, with the sweep's own sweeper (a hydra
+    override such as hydra/sweeper=optuna_resumable is not among a point's task overrides):
+    the point's plan checks what it must serve (search direction, pruner)."""
+    from hydra import compose
+    from omegaconf import open_dict
+
+    cfg = compose(config.hydra.job.config_name, overrides, return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.sweeper = config.hydra.sweeper
+    return cfg
+
+
 def _verdict_lines(points: list[list[str]], plans: list[Any]) -> str:
     """One line per point: the values that differ between points, and plans/refused."""
     keys: dict[str, set[str]] = {}
@@ -216,8 +229,6 @@ class ExperimentsCallback(Callback):
         composed = True
         import json
 
-        from hydra import compose
-
         from experiments.plan import build_plan
 
         # The command the user typed, recorded by every point (Slurm jobs inherit it).
@@ -226,15 +237,22 @@ class ExperimentsCallback(Callback):
             launchers.before_sweep_submission(config)  # Slurm: no sbatch is one line, no file
         points = sweep_points(config)
         if points is None:  # e.g. Optuna: it picks points while it runs
+            # Its base config (each trial overrides its parameters) is checked before the
+            # search opens its study: a search its trials could never serve stops here.
+            cfg = _compose_point(config, _fixed_overrides(list(config.hydra.overrides.task)))
+            # (trial 0's directory for the dry run to show; a name no trial has for the check,
+            # whose record would hold trial 0's own parameters when a search is continued)
+            run_dir = Path(config.hydra.sweep.dir).absolute() / ("0" if config.dry_run else "base")
+            try:
+                plan = build_plan(cfg, run_dir, [], dict(cfg.hydra.runtime.choices))
+            except ConfigError as error:
+                print(f"error: {error}", file=sys.stderr)
+                sys.exit(ConfigError.exit_code)
             if config.dry_run:
                 _print(
                     "dry run: this sweeper chooses its points while it runs; the plan "
                     "of the base config follows (each trial overrides its parameters)."
                 )
-                fixed = _fixed_overrides(list(config.hydra.overrides.task))
-                cfg = compose(config.hydra.job.config_name, fixed, return_hydra_config=True)
-                run_dir = Path(config.hydra.sweep.dir).absolute() / "0"
-                plan = build_plan(cfg, run_dir, [], dict(cfg.hydra.runtime.choices))
                 _print(
                     json.dumps(plan.as_dict(), indent=2)
                     if config.dry_run == "json"
@@ -252,7 +270,7 @@ class ExperimentsCallback(Callback):
         for number, overrides in enumerate(points):
             run_dir = Path(config.hydra.sweep.dir).absolute() / str(number)
             try:
-                cfg = compose(config.hydra.job.config_name, overrides, return_hydra_config=True)
+                cfg = _compose_point(config, overrides)
                 plans.append(build_plan(cfg, run_dir, overrides, dict(cfg.hydra.runtime.choices)))
             except ConfigError as error:
                 plans.append(None)

@@ -21,6 +21,7 @@ from experiments.composition import _placeholder_root_for_dry_run, _resolve
 from experiments.known_keys import check_known_keys
 from experiments.run import early_stopping
 from experiments.run.recorded_config import check_against_record
+from experiments.sweepers.search_config import check_direction, search_pruner
 
 
 def build_plan(
@@ -37,4 +38,6 @@ def build_plan(
     extensions = check_against_record(cfg, run_dir, values.get("resume"))
     family = families.for_model(values["model"])
     plan = family.plan(cfg, values, run_dir, overrides, choices, extensions)
+    check_direction(cfg, family.objective, family.higher_is_better)
+    early_stopping.check_pruned_trial(search_pruner(cfg), plan.engine, family)
     return early_stopping.attach(plan, values["trainer"], family)

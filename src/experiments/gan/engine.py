@@ -240,21 +240,26 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
     cfg.custom_hooks.append(
         dict(type=gan_hooks.STOP_HOOK, stop=stop, distributed=distributed, priority="LOWEST")
     )
-    if getattr(plan, "early_stopping", None) is not None:  # its mmcv hook: gan/hooks.py
-        monitor = early_stopping.Monitor(
-            plan.early_stopping, plan.objective, recorder.summary,
-            agree=early_stopping.broadcast_from_rank0,
-        )  # fmt: skip
-        cfg.custom_hooks.append(
-            gan_hooks.early_stopping_hook(monitor, plan.recipe.log_interval, split_losses)
-        )
-
     timestamp = time.strftime("%Y%m%d_%H%M%S")
     log_file = str(plan.run_dir / f"{timestamp}.log") if rank == 0 else None
     get_root_logger(log_file=log_file, log_level=cfg.log_level)
     set_random_seed(cfg.seed, use_rank_shift=distributed)
     model = build_model(cfg)
     dataset = build_dataset(cfg.data.train)
+    # Early stopping, and a pruned search's reports (its mmcv hook: gan/hooks.py). A trial of
+    # a search with a pruner measures its objective (swd) at every log interval on rank 0.
+    monitor = early_stopping.Monitor.for_plan(
+        plan, recorder.summary, agree=early_stopping.broadcast_from_rank0
+    )
+    if monitor.active:
+        measure = None
+        if monitor.reporter is not None and rank == 0:
+            measure = partial(_measured_while_training, model, dataset, plan)
+        cfg.custom_hooks.append(
+            gan_hooks.early_stopping_hook(
+                monitor, plan.recipe.log_interval, split_losses, measure=measure
+            )
+        )
     untrained: dict[str, Any] = {}
     if plan.recipe.eval_untrained and rank == 0:
         # The generator as built from the seed, before any checkpoint is loaded: iteration 0
@@ -301,6 +306,16 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
         dist.barrier()
         dist.destroy_process_group()
     return metrics
+
+
+def _measured_while_training(model: Any, dataset: Any, plan: Any) -> dict[str, Any]:
+    """SWD and MS-SSIM of the generator as it is now (the end's own measurement, seeded: every
+    interval is measured on the same images and noise), back in training mode after."""
+    model.eval()
+    try:
+        return quality(model, dataset, plan)
+    finally:
+        model.train()
 
 
 def _replica_max_diff(model: Any) -> float:

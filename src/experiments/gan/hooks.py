@@ -179,6 +179,7 @@ def early_stopping_hook(
     interval: int,
     losses: Callable[[dict[str, Any]], dict[str, float]],
     save_best: bool = True,
+    measure: Callable[[], dict[str, Any]] | None = None,
 ) -> Any:
     """The mmcv hook for GAN runs (registered on first use, nothing in mmcv edited): every
     `interval` iterations it reads the iteration's losses as the record hook does, asks the
@@ -186,7 +187,9 @@ def early_stopping_hook(
     runner after this iteration when patience is used up (its checkpoint and record hooks see
     that iteration as the last and save and record it). `losses` is the GAN engine's own
     reading of MMGen's loss terms. The monitor (what improved, when to stop) is the
-    one every engine uses (run/early_stopping.py); this is only its mmcv side."""
+    one every engine uses (run/early_stopping.py); this is only its mmcv side. `measure`
+    (a pruned search's trial, rank 0): the run's quality metrics now, merged into the
+    record so the monitor reports the objective (swd) to the study at each interval."""
     from mmcv.runner import HOOKS, Hook
 
     name = "ExperimentsEarlyStoppingHook"
@@ -194,12 +197,13 @@ def early_stopping_hook(
 
         class ExperimentsEarlyStoppingHook(Hook):
             def __init__(
-                self, monitor: Monitor, interval: int, losses: Any, save_best: bool
+                self, monitor: Monitor, interval: int, losses: Any, save_best: bool, measure: Any
             ) -> None:
                 self.monitor = monitor
                 self.losses = losses
                 self.interval = interval
                 self.save_best = save_best
+                self.measure = measure
 
             def after_train_iter(self, runner: Any) -> None:
                 done = runner.iter + 1
@@ -208,6 +212,8 @@ def early_stopping_hook(
                 log_vars = runner.outputs.get("log_vars", {})
                 record = {k: float(v) for k, v in log_vars.items() if isinstance(v, (int, float))}
                 record.update(self.losses(record))
+                if self.measure is not None:
+                    record.update(self.measure())
                 verdict = self.monitor.after_evaluation(done, None, record)
                 if verdict.improved and self.save_best:
                     self._save_best(runner)
@@ -242,5 +248,6 @@ def early_stopping_hook(
         interval=interval,
         losses=losses,
         save_best=save_best,
+        measure=measure,
         priority="ABOVE_NORMAL",
     )

@@ -131,7 +131,26 @@ def plan_run(
     already checked."""
     plan = build_gan_plan(values, run_dir, overrides, choices)
     plan.extensions = extensions
+    _check_pruned_trial(cfg, plan.recipe)
     return plan
+
+
+def _check_pruned_trial(cfg: Any, recipe: GANRecipe) -> None:
+    """A trial of a search with a pruner reports its objective (swd) to the study at every
+    log interval (gan/hooks.py): a recipe that never measures it would be pruned on NaN."""
+    from experiments.sweepers.search_config import search_pruner
+
+    pruner = search_pruner(cfg)
+    if pruner is None:
+        return
+    why = (
+        f"a trial of a search with hydra.sweeper.pruner={pruner} reports its {OBJECTIVE} to the "
+        "pruner at every model.log_interval"
+    )
+    if recipe.eval_images < 2:
+        raise ConfigError("model.eval_images", recipe.eval_images, f"an integer >= 2: {why}")
+    if recipe.scale < 16:
+        raise ConfigError("model.scale", recipe.scale, f">= 16 (SWD's pyramid): {why}")
 
 
 def build_gan_plan(

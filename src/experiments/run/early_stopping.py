@@ -113,6 +113,17 @@ def attach(plan: Any, trainer: dict[str, Any], family: Any) -> Any:
     return plan
 
 
+def check_pruned_trial(pruner: str | None, engine: str, family: Any) -> None:
+    """A trial of a pruned search reports through the same per-evaluation call as early
+    stopping: an engine that cannot stop early cannot report either (it would run every
+    trial to its end, silently unpruned)."""
+    why = family.no_early_stopping.get(engine)
+    if pruner is not None and why:
+        raise ConfigError(
+            "hydra.sweeper.pruner", pruner, f"none with trainer.engine={engine}: {why}"
+        )
+
+
 @dataclass
 class Verdict:
     improved: bool  # this evaluation is the best so far: keep a checkpoint of it
