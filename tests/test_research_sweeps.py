@@ -555,7 +555,7 @@ def test_a_search_in_the_direction_opposite_to_its_objective_is_refused() -> Non
 
 
 def test_a_search_is_checked_before_its_study_opens(tmp_path: Path) -> None:
-    """The login plans an Optuna search's base config (hydra/sweeper is a hydra override, not
+    """The login plans one point of an Optuna search (hydra/sweeper is a hydra override, not
     a point's): refused in one line, exit 2, before the study or any trial directory exists."""
     sweep_dir = tmp_path / "search"
     result = run_cli_in_process(

@@ -98,11 +98,34 @@ def _print(text: str) -> None:
 
 def _fixed_overrides(overrides: list[str]) -> list[str]:
     """The overrides that are not sweeps (`a,b`, `range()`, `interval()`, `choice()`), for
-    showing the base plan of a search whose points are chosen while it runs."""
+    planning a search whose points are chosen while it runs (_search_point)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parsed = OverridesParser.create().parse_overrides(overrides)
     return [o.input_line for o in parsed if not o.is_sweep_override()]
+
+
+def _search_point(config: DictConfig) -> list[str]:
+    """One point an Optuna search may run: its fixed overrides, and each searched parameter
+    (the command line's and the preset's hydra.sweeper.params, the command line winning, as
+    the sweeper reads them) at its first choice or lower bound. A mandatory key the search
+    sets (data.root=choice(...)) is then set, and the point is as real as any trial."""
+    from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
+    from omegaconf import OmegaConf
+
+    task = list(config.hydra.overrides.task)
+    params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
+    searched, fixed = create_params_from_overrides(
+        [*(f"{k}={v}" for k, v in params.items()), *task]
+    )
+    for name in fixed:
+        searched.pop(name, None)
+
+    def first(distribution: Any) -> Any:
+        choices = getattr(distribution, "choices", None)
+        return choices[0] if choices is not None else distribution.low
+
+    return [*_fixed_overrides(task), *(f"{k}={first(d)}" for k, d in searched.items())]
 
 
 def _compose_point(config: DictConfig, overrides: list[str]) -> DictConfig:
@@ -239,7 +262,7 @@ class ExperimentsCallback(Callback):
         if points is None:  # e.g. Optuna: it picks points while it runs
             # Its base config (each trial overrides its parameters) is checked before the
             # search opens its study: a search its trials could never serve stops here.
-            cfg = _compose_point(config, _fixed_overrides(list(config.hydra.overrides.task)))
+            cfg = _compose_point(config, _search_point(config))
             # (trial 0's directory for the dry run to show; a name no trial has for the check,
             # whose record would hold trial 0's own parameters when a search is continued)
             run_dir = Path(config.hydra.sweep.dir).absolute() / ("0" if config.dry_run else "base")
@@ -251,7 +274,8 @@ class ExperimentsCallback(Callback):
             if config.dry_run:
                 _print(
                     "dry run: this sweeper chooses its points while it runs; the plan "
-                    "of the base config follows (each trial overrides its parameters)."
+                    "of one of them follows (each searched parameter at its first choice "
+                    "or lower bound)."
                 )
                 _print(
                     json.dumps(plan.as_dict(), indent=2)
