@@ -260,8 +260,8 @@ class ExperimentsCallback(Callback):
             launchers.before_sweep_submission(config)  # Slurm: no sbatch is one line, no file
         points = sweep_points(config)
         if points is None:  # e.g. Optuna: it picks points while it runs
-            # Its base config (each trial overrides its parameters) is checked before the
-            # search opens its study: a search its trials could never serve stops here.
+            # One point it may run is checked before the search opens its study: a search
+            # its trials could never serve stops here.
             cfg = _compose_point(config, _search_point(config))
             # (trial 0's directory for the dry run to show; a name no trial has for the check,
             # whose record would hold trial 0's own parameters when a search is continued)
