@@ -365,56 +365,31 @@ def test_early_stopping_keys_are_refused_before_launch() -> None:
 
 
 @pytest.mark.slurm
-def test_slurm_search_refills_a_finished_trials_slot_at_once(slurm_cluster, tmp_path: Path) -> None:
-    """n_jobs=2, 3 trials over 1 or 20 epochs; sampler seed 0 draws a short and a long trial
-    first: the short one ends long before the other, and trial 2 is submitted in its slot
-    while the long one still runs (in fixed batches it would wait for both)."""
+def test_slurm_search_refills_a_finished_trials_slot_and_prunes_from_its_jobs(
+    slurm_cluster, tmp_path: Path
+) -> None:
+    """One Slurm search for two promises. n_jobs=2, 3 trials over the epochs (1 or 60) and
+    the learning rate (0.001 or inf: NaN losses from the first epoch), the median pruner
+    after one completed trial; sampler seed 142 draws (1, 0.001) and (60, 0.001) first, then
+    (60, inf). 60 one-step epochs take ~10 s more than one: the long trial is still running
+    when the short one ends, even on a quiet machine (at 20 both ended within one poll).
+    - In flight: the short trial ends long before the long one, and trial 2 is submitted in
+      its slot while the long one still runs (in fixed batches it would wait for both).
+    - Pruning from Slurm jobs: trial 2's job reports its first epoch to the study's SQLite
+      storage, is stopped there (1 of 20 epochs) and ends PRUNED in the study, `pruned` in its
+      summary.json and the report. The long trial is not pruned: its first epoch is the
+      short one's (same seed, data and first step), not worse than the median."""
     sweep_dir = tmp_path / "search"
     result = run_cli(
         [
             "hparams_search=digits_lr",
             *TINY,
             *SLURM,
-            "optimizer.lr=0.001",  # fixed: the search is over the epochs alone
-            "trainer.epochs=choice(20,1)",
-            "hydra.sweeper.sampler.seed=0",
+            "trainer.epochs=choice(60,1)",
+            "hydra.sweeper.params={optimizer.lr:'choice(0.001,inf)'}",
+            "hydra.sweeper.sampler.seed=142",
             "hydra.sweeper.n_jobs=2",
             "hydra.sweeper.n_trials=3",
-            f"hydra.sweep.dir={sweep_dir}",
-        ],
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    trials = study_trials(sweep_dir)
-    assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
-    epochs = [t.params["trainer.epochs"] for t in trials]
-    assert sorted(epochs[:2]) == [1, 20], epochs  # the first two: one short, one long
-    records = [summary(sweep_dir / str(t.number)) for t in trials]
-    assert [r["metrics"]["steps"] for r in records] == epochs
-    arrays = [r["slurm"]["array_job_id"] for r in records]
-    assert arrays[0] == arrays[1] and arrays[2] != arrays[0]  # first n_jobs as one array
-    short, long = sorted(trials[:2], key=lambda t: t.params["trainer.epochs"])
-    # the refill: trial 2 asked (and submitted) once the short trial ended, while the long
-    # one still ran (in fixed batches it would have waited for both)
-    assert short.datetime_complete <= trials[2].datetime_start < long.datetime_complete
-
-
-@pytest.mark.slurm
-def test_slurm_trials_are_pruned_from_their_jobs(slurm_cluster, tmp_path: Path) -> None:
-    """The pruned search's settings on Slurm: 2 trials, sampler seed 11 draws a learning rate
-    that trains, then one that diverges. The diverging trial's job reports to the study's
-    SQLite storage from its Slurm job, is stopped after its first of 2 epochs, and ends PRUNED in
-    the study, `pruned` in its summary.json and the report."""
-    sweep_dir = tmp_path / "search"
-    result = run_cli(
-        [
-            "hparams_search=digits_lr",
-            *TINY,
-            *SLURM,
-            "trainer.epochs=2",
-            "hydra.sweeper.params={optimizer.lr:'choice(0.001,inf)'}",
-            "hydra.sweeper.sampler.seed=11",
-            "hydra.sweeper.n_trials=2",
             "hydra.sweeper.pruner=median",
             "+hydra.sweeper.pruner_kwargs.n_startup_trials=1",
             f"hydra.sweep.dir={sweep_dir}",
@@ -422,18 +397,27 @@ def test_slurm_trials_are_pruned_from_their_jobs(slurm_cluster, tmp_path: Path) 
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    good, diverged = study_trials(sweep_dir)
-    assert (good.params["optimizer.lr"], diverged.params["optimizer.lr"]) == (0.001, math.inf)
-    assert good.state == TrialState.COMPLETE and sorted(good.intermediate_values) == [1, 2]
-    assert diverged.state == TrialState.PRUNED
-    assert diverged.intermediate_values == {1: -math.inf}
-    record = summary(sweep_dir / "1")
+    trials = study_trials(sweep_dir)
+    draws = [(t.params["trainer.epochs"], t.params["optimizer.lr"]) for t in trials]
+    assert draws == [(1, 0.001), (60, 0.001), (60, math.inf)], draws
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2 + [TrialState.PRUNED]
+    records = [summary(sweep_dir / str(t.number)) for t in trials]
+    assert [r["metrics"]["steps"] for r in records] == [e for e, _ in draws[:2]] + [1]
+    arrays = [r["slurm"]["array_job_id"] for r in records]
+    assert arrays[0] == arrays[1] and arrays[2] != arrays[0]  # first n_jobs as one array
+    short, long = sorted(trials[:2], key=lambda t: t.params["trainer.epochs"])
+    # the refill: trial 2 asked (and submitted) once the short trial ended, while the long
+    # one still ran (in fixed batches it would have waited for both)
+    assert short.datetime_complete <= trials[2].datetime_start < long.datetime_complete
+    # the pruned trial, from its Slurm job
+    pruned, record = trials[2], records[2]
+    assert pruned.intermediate_values == {1: -math.inf}
     assert record["status"] == "pruned" and record["pruned"]["step"] == 1
     assert record["slurm"]["job_id"]  # it ran as a Slurm job, and recorded itself there
-    assert len(read_jsonl(sweep_dir / "1" / "metrics.jsonl")) == 1  # 1 of 2 epochs
+    assert len(read_jsonl(sweep_dir / "2" / "metrics.jsonl")) == 1  # 1 of 60 epochs
     with open(sweep_dir / "report.csv", newline="") as handle:
         statuses = {row["point"]: row["status"] for row in csv.DictReader(handle)}
-    assert statuses == {"0": "completed", "1": "pruned"}
+    assert statuses == {"0": "completed", "1": "completed", "2": "pruned"}
     assert "1 pruned" in result.stdout
 
 
