@@ -467,6 +467,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # ---------------------------------------------------------------- Slurm
 
 CLUSTER_SH = REPO / "scripts" / "slurm" / "cluster.sh"
+# The test cluster's MaxArraySize (Slurm's default is 1001): a job array holds at most 2 tasks.
+SLURM_MAX_ARRAY_SIZE = 2
 
 
 # Two emulated nodes (one slurmd each on this host): single-node jobs land on either, and the
@@ -529,6 +531,8 @@ def slurm_cluster():
                 ["bash", str(CLUSTER_SH), "start", "--nodes", str(len(SLURM_NODES))],
                 timeout=480,
                 tagged=False,
+                # a 3-point sweep is more than one array can hold (test_slurm_walk_away.py)
+                env={**os.environ, "SLURM_TEST_MAX_ARRAY_SIZE": str(SLURM_MAX_ARRAY_SIZE)},
             )
         said = (proc.stdout.strip().splitlines() or [""])[-1]
         if proc.returncode == 3:

@@ -558,3 +558,29 @@ def test_a_search_is_checked_before_its_study_opens(tmp_path: Path) -> None:
         "returns its val_accuracy (higher is better)"
     ]
     assert not sweep_dir.exists() and not (tmp_path / "outputs").exists()
+
+
+def test_a_search_that_would_not_wait_is_refused_before_anything_is_submitted(
+    tmp_path: Path,
+) -> None:
+    """launcher.wait=false leaves nobody to choose a search's next points (issue 30): one
+    line naming the key and what to do instead, exit 2, nothing written, nothing queued."""
+    sweep_dir = tmp_path / "search"
+    result = run_cli_in_process(
+        [
+            "-m",
+            "hydra/sweeper=optuna_resumable",
+            "hydra.sweeper.direction=maximize",
+            *TINY,
+            "launcher=slurm",
+            "launcher.wait=false",
+            "optimizer.lr=interval(1e-4,1e-2)",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: invalid config: launcher.wait=False: a search chooses"), line
+    assert "use launcher.wait=true" in line
+    assert not sweep_dir.exists() and not (tmp_path / "outputs").exists()

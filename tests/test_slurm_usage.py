@@ -7,6 +7,7 @@ others need no Slurm at all."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -194,7 +195,13 @@ def test_dry_run_shows_the_script_submitit_gives_sbatch(
     assert real.stderr.strip().splitlines() == [
         "error: Slurm refused the job: Unable to contact slurm controller; nothing was queued"
     ]
-    submitted = record.read_text().splitlines()
+    # the one name made at submission: the code snapshot's folder (launchers/snapshot.py)
+    named = r"\.snapshot/[^/\s\"]+"
+    submitted = [
+        re.sub(named, ".snapshot/SUBMISSION-TIME-PID", line)
+        for line in record.read_text().splitlines()
+    ]
+    assert any(".snapshot/SUBMISSION-TIME-PID/site" in line for line in submitted)
     assert _dry_run_script(dry.stdout) == submitted
     command = submitted[-1].split()
     python = command[command.index("-u") - 1]
@@ -202,6 +209,7 @@ def test_dry_run_shows_the_script_submitit_gives_sbatch(
     assert ("#SBATCH --array=" + str(array) in submitted) == bool(array)
     (sweep,) = (work / "outputs" / "multiruns").iterdir()
     assert all(str(sweep) in line for line in submitted if "--output" in line), submitted
+    assert not (sweep / ".snapshot").exists()  # refused: no code copy left behind
 
 
 @pytest.mark.slow

@@ -152,6 +152,9 @@ INVALID = [
         "launcher.tasks_per_node=4",
     ),
     (["launcher=slurm", "launcher.timeout_min=0"], "launcher.timeout_min", ">= 1"),
+    (["launcher=slurm", "launcher.array_parallelism=0"], "launcher.array_parallelism", ">= 1"),
+    (["launcher=slurm", "launcher.wait=later"], "launcher.wait", "true or false"),
+    (["launcher=slurm", "launcher.snapshot=1"], "launcher.snapshot", "true or false"),
     (
         [
             "launcher=slurm",

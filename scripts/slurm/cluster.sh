@@ -43,6 +43,9 @@
 #   SLURM_TEST_REQUEUE_DELAY  AuthInfo cred_expire: a requeued job stays PENDING (Reason=BeginTime) this
 #                             many seconds (+1) before it may start again [20; Slurm's default is 120].
 #                             (`scontrol update JobId=<id> StartTime=now` skips the wait.)
+#   SLURM_TEST_MAX_ARRAY_SIZE MaxArraySize: a job array's task indices stay below it [1001, Slurm's
+#                             default]; the test suite starts the cluster with 2, so that a 3-point
+#                             sweep is split into two arrays as a large one is on a real cluster
 #   SLURM_TEST_START_TIMEOUT  seconds to wait for the daemons / idle node [60]
 #   SLURM_TEST_PORT_BASE      slurmctld port; slurmdbd = +2, mariadb = +3, node i's slurmd = +10+i
 #                             [6817]
@@ -58,6 +61,7 @@ START_TIMEOUT=${SLURM_TEST_START_TIMEOUT:-60}
 PARTITION=${SLURM_TEST_PARTITION:-debug}
 KILL_WAIT=${SLURM_TEST_KILL_WAIT:-10}
 REQUEUE_DELAY=${SLURM_TEST_REQUEUE_DELAY:-20}
+MAX_ARRAY_SIZE=${SLURM_TEST_MAX_ARRAY_SIZE:-1001}
 PORT=${SLURM_TEST_PORT_BASE:-6817}
 CTLD_PORT=$PORT DBD_PORT=$((PORT + 2)) DB_PORT=$((PORT + 3))
 MARKER="# experiments-slurm-test-cluster (written by scripts/slurm/cluster.sh)"
@@ -279,6 +283,7 @@ KillWait=$KILL_WAIT
 # pending jobs (e.g. requeued ones once their BeginTime passes) are looked at every 5 s, not 60 s
 SchedulerParameters=sched_interval=5,bf_interval=5
 MinJobAge=300
+MaxArraySize=$MAX_ARRAY_SIZE
 InactiveLimit=0
 $acct
 $(node_lines)

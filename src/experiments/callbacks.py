@@ -226,6 +226,9 @@ class ExperimentsCallback(Callback):
         from experiments.report import format_outcome, format_run_outcome, write_report
 
         sweep_dir = Path(config.hydra.sweep.dir)
+        if launchers.submits_without_waiting(config):
+            print(launchers.how_to_follow(sweep_dir))
+            return
         outcome = write_report(sweep_dir)
         single = outcome["points"] == 1 and not asked_for_sweep()  # e.g. launcher=slurm
         print((format_run_outcome if single else format_outcome)(sweep_dir, outcome))
@@ -256,10 +259,16 @@ class ExperimentsCallback(Callback):
 
         # The command the user typed, recorded by every point (Slurm jobs inherit it).
         os.environ.setdefault(COMMAND_ENV, user_command())
-        if not config.dry_run:
-            launchers.before_sweep_submission(config)  # Slurm: no sbatch is one line, no file
         points = sweep_points(config)
         if points is None:  # e.g. Optuna: it picks points while it runs
+            try:
+                launchers.refuse_search_without_waiting(config)
+            except ConfigError as error:
+                print(f"error: {error}", file=sys.stderr)
+                sys.exit(ConfigError.exit_code)
+        if not config.dry_run:
+            launchers.before_sweep_submission(config)  # Slurm: no sbatch is one line, no file
+        if points is None:
             # One point it may run is checked before the search opens its study: a search
             # its trials could never serve stops here.
             cfg = _compose_point(config, _search_point(config))

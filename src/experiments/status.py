@@ -3,14 +3,21 @@
 Read from the run directories (the truth every point writes from its own process or job) and,
 for Slurm points still queued or running, from squeue where it answers: pending with Slurm's
 reason, running at a step with its last loss, completed with the objective, failed with its
-one-line error, interrupted, pruned. A record cut short or written by another version is that
-point's problem (one line), never an error of the command (run/record.read_records). It
-writes nothing and exits 0 whatever the points' states; `--watch S` redraws every S seconds.
+one-line error, interrupted, pruned, cancelled. A point whose Slurm job has not started yet has
+no directory: the sweep's submitted.json (written at submission, launchers/slurm_jobs.py) names
+it and its job. A record cut short or written by another version is that point's problem (one
+line), never an error of the command (run/record.read_records). It writes nothing and exits 0
+whatever the points' states; `--watch S` redraws every S seconds.
+
+`--cancel` cancels (scancel) the Slurm jobs of every point not finished: pending ones never
+start, running ones get Slurm's SIGTERM (a checkpoint, then `interrupted`). What it cancelled is
+recorded in the directory's cancelled.json, and those points show `cancelled` from then on.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import shutil
 import subprocess
@@ -23,15 +30,34 @@ from experiments.families import for_summary
 from experiments.run.record import read_records
 
 COLUMNS = ("point", "state", "progress", "last loss", "objective", "note")
-QUEUED = ("running",)  # states whose Slurm job squeue is asked about
+QUEUED = ("running", "starting")  # states whose Slurm job squeue is asked about
+FINAL = ("completed", "failed", "pruned")  # a point in one of these has nothing to cancel
+SUBMITTED = "submitted.json"  # (launchers/slurm_jobs.py writes it; light to import here)
+CANCELLED = "cancelled.json"
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def submitted(path: Path) -> dict[str, dict[str, Any]]:
+    """The points a Slurm submission queued, by number: {"job_id", "overrides"}."""
+    points = _read_json(path / SUBMITTED).get("points")
+    return points if isinstance(points, dict) else {}
 
 
 def point_dirs(path: Path) -> list[Path]:
-    """The run directories under `path`: itself for one run, else its numbered points."""
+    """The run directories under `path`: itself for one run, else its numbered points (those
+    submitted whose job has not made its directory yet included)."""
     if (path / "summary.json").exists():
         return [path]
-    points = [p for p in path.iterdir() if p.is_dir() and p.name.isdigit()]
-    return sorted(points, key=lambda p: int(p.name))
+    names = {p.name for p in path.iterdir() if p.is_dir() and p.name.isdigit()}
+    names |= {name for name in submitted(path) if name.isdigit()}
+    return [path / name for name in sorted(names, key=int)]
 
 
 def _last(records: list[dict[str, Any]], key: str) -> Any:
@@ -47,14 +73,53 @@ def _number(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+class SlurmNotAnswering(Exception):
+    pass
+
+
+def _ask_squeue(job_ids: list[str]) -> dict[str, tuple[str, str]]:
+    """Slurm's state and reason of each of these jobs still in its queue (array tasks one by
+    one: -r), or SlurmNotAnswering with what was said."""
+    if shutil.which("squeue") is None:
+        raise SlurmNotAnswering("squeue not found on PATH (run on a Slurm login node)")
+    try:
+        done = subprocess.run(
+            ["squeue", "-h", "-r", "-o", "%i|%T|%r", "-j", ",".join(job_ids)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError) as error:
+        raise SlurmNotAnswering(f"squeue: {error}") from None
+    said = done.stderr.strip().splitlines()
+    if done.returncode != 0 and not any("Invalid job id" in line for line in said):
+        raise SlurmNotAnswering("squeue: " + (said[-1] if said else f"exit {done.returncode}"))
+    found = {}
+    for line in done.stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 3:
+            found[parts[0]] = (parts[1].lower(), parts[2])
+    return found
+
+
 def _squeue(job_ids: list[str]) -> dict[str, tuple[str, str]]:
-    """Slurm's state and reason of each job still in its queue ({} where squeue does not
-    answer: no Slurm here, or the jobs left the queue)."""
-    if not job_ids or shutil.which("squeue") is None:
+    """As _ask_squeue, {} where squeue does not answer (no Slurm here): the table still shows
+    what the run directories say."""
+    if not job_ids:
+        return {}
+    try:
+        return _ask_squeue(job_ids)
+    except SlurmNotAnswering:
+        return {}
+
+
+def _sacct(job_ids: list[str]) -> dict[str, str]:
+    """Slurm accounting's state of jobs no longer in the queue ({} without accounting)."""
+    if not job_ids or shutil.which("sacct") is None:
         return {}
     try:
         out = subprocess.run(
-            ["squeue", "-h", "-o", "%i|%T|%r", "-j", ",".join(job_ids)],
+            ["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", ",".join(job_ids)],
             capture_output=True,
             text=True,
             timeout=30,
@@ -64,17 +129,33 @@ def _squeue(job_ids: list[str]) -> dict[str, tuple[str, str]]:
     found = {}
     for line in out.splitlines():
         parts = line.strip().split("|")
-        if len(parts) == 3:
-            found[parts[0]] = (parts[1].lower(), parts[2])
+        if len(parts) == 2:
+            found[parts[0]] = parts[1].split()[0].lower() if parts[1] else ""
     return found
 
 
+def job_of(run_dir: Path, summary: dict[str, Any]) -> str:
+    """The point's Slurm job: the one its record names, else the one it was submitted as."""
+    job = (summary.get("slurm") or {}).get("job_id")
+    if job and (summary.get("slurm") or {}).get("array_job_id"):
+        job = f"{summary['slurm']['array_job_id']}_{summary['slurm']['array_task_id']}"
+    return str(job or submitted(run_dir.parent).get(run_dir.name, {}).get("job_id") or "")
+
+
 def point_row(
-    run_dir: Path, found: dict[str, Any], queue: dict[str, tuple[str, str]]
+    run_dir: Path,
+    found: dict[str, Any],
+    queue: dict[str, tuple[str, str]],
+    accounted: dict[str, str] | None = None,
+    cancelled: dict[str, Any] | None = None,
 ) -> dict[str, str]:
-    """One point's row from its records (`read_records`) and Slurm's queue."""
+    """One point's row from its records (`read_records`), Slurm's queue and accounting, and
+    what experiments-status --cancel cancelled."""
     summary = found["summary"] or {}
     state = summary.get("status", "unreadable" if found["problems"] else "starting")
+    job = job_of(run_dir, summary)
+    if not run_dir.exists():
+        state = "queued"  # submitted, its job not started (squeue says more below)
     if any(problem.startswith("written by") for problem in found["problems"]):
         state = "unreadable"  # another version's record: not read as if it were ours
     family = for_summary(summary)
@@ -91,11 +172,17 @@ def point_row(
     if loss is None:
         loss = _last(epochs, "loss_gen") or _last(epochs, "train_loss")
     note = ""
-    job = str((summary.get("slurm") or {}).get("job_id") or "")
-    if state in QUEUED and job in queue:
+    if state in (*QUEUED, "queued") and job in queue:
         slurm_state, reason = queue[job]
         if slurm_state == "pending":
             state, note = "requeued" if summary.get("resumes") else "pending", reason
+        elif state == "queued":
+            state, note = slurm_state, f"Slurm job {job}"
+    elif state == "queued" and (accounted or {}).get(job):
+        state, note = "ended", f"Slurm job {job}: {accounted[job]}, no record written"
+    if cancelled and job in cancelled.get("jobs", []) and state not in FINAL:
+        state, note = "cancelled", f"experiments-status --cancel at {cancelled.get('at')}"
+        found = {**found, "problems": []}
     if state == "failed":
         note = str(summary.get("error") or "").splitlines()[0] if summary.get("error") else ""
     elif state in ("interrupted", "pruned"):
@@ -113,16 +200,33 @@ def point_row(
     }
 
 
-def table(path: Path) -> str:
-    records = {run_dir: read_records(run_dir) for run_dir in point_dirs(path)}
+def _records(run_dir: Path) -> dict[str, Any]:
+    if not run_dir.exists():
+        return {"summary": None, "problems": [], "steps": [], "metrics": []}
+    return read_records(run_dir)
+
+
+def unfinished_jobs(path: Path, records: dict[Path, dict[str, Any]]) -> list[str]:
+    """The Slurm jobs of points not final yet (submitted, starting, running, interrupted)."""
     jobs = []
-    for found in records.values():
+    for run_dir, found in records.items():
         summary = found["summary"] or {}
-        job = (summary.get("slurm") or {}).get("job_id")
-        if job and summary.get("status") in QUEUED:
-            jobs.append(str(job))
+        job = job_of(run_dir, summary)
+        if job and summary.get("status") not in FINAL:
+            jobs.append(job)
+    return jobs
+
+
+def table(path: Path) -> str:
+    records = {run_dir: _records(run_dir) for run_dir in point_dirs(path)}
+    jobs = unfinished_jobs(path, records)
     queue = _squeue(jobs)  # one squeue call for the whole table
-    rows = [point_row(run_dir, found, queue) for run_dir, found in records.items()]
+    unstarted = [job_of(d, {}) for d in records if not d.exists()]
+    accounted = _sacct([job for job in unstarted if job and job not in queue])
+    cancelled = _read_json(path / CANCELLED)
+    rows = [
+        point_row(run_dir, found, queue, accounted, cancelled) for run_dir, found in records.items()
+    ]
     widths = {c: max([len(c), *(len(r[c]) for r in rows)]) for c in COLUMNS[:-1]}
     lines = ["  ".join(c.ljust(widths.get(c, 0)) for c in COLUMNS).rstrip()]
     for row in rows:
@@ -136,10 +240,48 @@ def table(path: Path) -> str:
     return "\n".join(lines)
 
 
+def cancel(path: Path) -> str:
+    """scancel the jobs of the points still queued or running, and record it (cancelled.json).
+    SlurmNotAnswering when squeue or scancel do not answer: nothing is recorded then."""
+    records = {run_dir: _records(run_dir) for run_dir in point_dirs(path)}
+    jobs = unfinished_jobs(path, records)
+    queue = _ask_squeue(jobs) if jobs else {}
+    live = [job for job in jobs if job in queue]
+    if not live:
+        return f"nothing to cancel in {path}: no point's Slurm job is queued or running"
+    if shutil.which("scancel") is None:
+        raise SlurmNotAnswering("scancel not found on PATH")
+    try:
+        done = subprocess.run(["scancel", *live], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as error:
+        raise SlurmNotAnswering(f"scancel: {error}") from None
+    if done.returncode != 0:
+        said = done.stderr.strip().splitlines()
+        raise SlurmNotAnswering("scancel: " + (said[-1] if said else f"exit {done.returncode}"))
+    record = _read_json(path / CANCELLED)
+    points = [d.name for d in records if job_of(d, records[d]["summary"] or {}) in live]
+    record = {
+        "at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "jobs": sorted({*record.get("jobs", []), *live}),
+        "points": sorted({*record.get("points", []), *points}, key=int),
+    }
+    from experiments.run.record import write_json_atomic
+
+    write_json_atomic(path / CANCELLED, record)
+    return (
+        f"cancelled {len(live)} Slurm job(s) ({' '.join(live)}) of point(s) {', '.join(points)}; "
+        f"recorded in {path / CANCELLED}. Running points get SIGTERM (a checkpoint, then "
+        "`interrupted`); the same sweep command continues them later."
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="experiments-status", description=__doc__)
     parser.add_argument("path", type=Path, help="a sweep directory (0/, 1/, ...) or a run's")
     parser.add_argument("--watch", type=float, metavar="S", help="redraw every S seconds")
+    parser.add_argument(
+        "--cancel", action="store_true", help="scancel the points still queued or running"
+    )
     args = parser.parse_args(argv)
     path = args.path
     if not path.is_dir():
@@ -151,6 +293,13 @@ def main(argv: list[str] | None = None) -> None:
         )
     if args.watch is not None and args.watch <= 0:
         parser.error(f"--watch {args.watch}: a number of seconds > 0, e.g. --watch 10")
+    if args.cancel:
+        try:
+            print(cancel(path))
+        except SlurmNotAnswering as error:
+            print(f"error: Slurm did not answer ({error}); nothing was cancelled", file=sys.stderr)
+            sys.exit(1)
+        return
     while True:
         shown = table(path)
         if args.watch is None:

@@ -74,6 +74,24 @@ def plan_sweep_launch(config: Any, plans: list[Any]) -> None:
     sweep.plan_launch(config, plans)
 
 
+def submits_without_waiting(config: Any) -> bool:
+    from experiments.launchers import sweep
+
+    return sweep.submits_without_waiting(config)
+
+
+def refuse_search_without_waiting(config: Any) -> None:
+    from experiments.launchers import sweep
+
+    sweep.refuse_search_without_waiting(config)
+
+
+def how_to_follow(sweep_dir: Path) -> str:
+    from experiments.launchers import sweep
+
+    return sweep.how_to_follow(sweep_dir)
+
+
 def sweep_login_catches_ctrl_c(config: Any) -> None:
     from experiments.launchers import sweep
 

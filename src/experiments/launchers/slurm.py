@@ -31,9 +31,28 @@ log = logging.getLogger(__name__)
 
 # submitit submits with sbatch and refuses to start when srun is not on PATH.
 CLIENT_TOOLS = ("sbatch", "srun")
-# hydra-submitit-launcher's default (SlurmQueueConf.array_parallelism; conf/launcher/slurm.yaml
-# leaves it alone): at most this many array tasks of a sweep run at once.
+# hydra-submitit-launcher's default (SlurmQueueConf.array_parallelism), which
+# launcher.array_parallelism keeps: at most this many array tasks of a sweep run at once.
 ARRAY_PARALLELISM = 256
+
+
+# Slurm's default MaxArraySize (array indices 0..1000), when scontrol does not say.
+MAX_ARRAY_SIZE = 1001
+
+
+def max_array_size() -> int:
+    """The cluster's MaxArraySize: an array's task indices must stay below it, so a larger
+    sweep is submitted as several arrays (submitit issue 1624)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["scontrol", "show", "config"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return MAX_ARRAY_SIZE
+    found = re.search(r"^MaxArraySize\s*=\s*(\d+)", out, re.MULTILINE)
+    return max(1, int(found.group(1))) if found else MAX_ARRAY_SIZE
 
 
 def world_size(launcher: dict) -> int:
@@ -52,6 +71,10 @@ def validate(launcher: dict) -> None:
     integer(launcher.get("mem_gb"), "launcher.mem_gb", minimum=1)
     integer(launcher.get("max_requeues"), "launcher.max_requeues", minimum=0)
     integer(launcher.get("signal_delay_s"), "launcher.signal_delay_s", minimum=0)
+    integer(launcher.get("array_parallelism"), "launcher.array_parallelism", minimum=1)
+    for key in ("wait", "snapshot"):
+        if not isinstance(launcher.get(key), bool):
+            raise ConfigError(f"launcher.{key}", launcher.get(key), "true or false")
     gpus = integer(launcher.get("gpus_per_node"), "launcher.gpus_per_node", minimum=0)
     tasks = launcher["tasks_per_node"]
     if gpus and tasks != gpus:
@@ -83,7 +106,7 @@ def sbatch_parameters(launcher: dict, job_name: str) -> dict[str, object]:
         "signal_delay_s": launcher["signal_delay_s"],
         "setup": slurm_setup_lines(launcher.get("setup")),
         "additional_parameters": dict(launcher.get("additional_parameters") or {}),
-        "array_parallelism": ARRAY_PARALLELISM,
+        "array_parallelism": launcher.get("array_parallelism", ARRAY_PARALLELISM),
     }
     if launcher["gpus_per_node"]:
         parameters["gpus_per_node"] = launcher["gpus_per_node"]
@@ -103,6 +126,11 @@ def command(launcher: dict, overrides: list[str], run_dir: str, points: int = 1)
     # submitit runs the job with the login process's own interpreter (sys.executable).
     folder = str(Path(run_dir).absolute().parent / ".submitit" / "%j")
     parameters = sbatch_parameters(launcher, "train")
+    if launcher.get("snapshot", True):  # (its folder is made at submission)
+        from experiments.launchers import snapshot
+
+        preview = snapshot.preview_lines(Path(folder).parent.parent)
+        parameters["setup"] = [*preview, *parameters["setup"]]
     if points > 1:
         parameters["map_count"] = points
     script = _make_sbatch_string(
@@ -285,6 +313,11 @@ def job_record() -> dict[str, Any]:
         "ntasks": int(os.environ.get("SLURM_NTASKS", "1")),
         "nodelist": os.environ.get("SLURM_JOB_NODELIST"),
     }
+    from experiments.launchers import snapshot
+
+    code = snapshot.recorded()
+    if code is not None:
+        record["snapshot"] = code
     try:
         import submitit
 

@@ -16,6 +16,8 @@ The point's value is NaN (Optuna marks the trial failed); the report decides the
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import math
 import os
@@ -37,6 +39,8 @@ log = logging.getLogger(__name__)
 POLL_S = 5.0
 # Outcomes a job's rank 0 writes itself; anything else means it could not.
 RECORDED = ("completed", "failed", "interrupted")
+# The code snapshot this login took for each sweep directory (launchers/snapshot.py).
+_snapshots: dict[Path, Path] = {}
 
 
 def launch(
@@ -44,6 +48,16 @@ def launch(
 ) -> list[JobReturn]:
     jobs = submit(launcher, config, job_overrides, initial_job_idx)
     sweep_dir = Path(str(config.hydra.sweep.dir))
+    if not config.launcher.get("wait", True):  # launcher.wait=false: the jobs record themselves
+        return [
+            JobReturn(
+                overrides=list(overrides),
+                working_dir=str(sweep_dir / str(idx)),
+                status=JobStatus.COMPLETED,
+                _return_value=None,
+            )
+            for idx, overrides in enumerate(job_overrides, start=initial_job_idx)
+        ]
     return [
         outcome(job, list(overrides), sweep_dir / str(idx))
         for idx, (job, overrides) in enumerate(
@@ -82,13 +96,80 @@ def submit(
     if "mode" in config.hydra.sweep:
         os.chmod(sweep_dir, mode=int(str(config.hydra.sweep.mode), 8))
 
+    folder = None
+    if config.launcher.get("snapshot", True):
+        from experiments.launchers import snapshot
+
+        # One copy per login: a search's later batches run the code its first one ran.
+        folder = _snapshots.get(sweep_dir) or _snapshots.setdefault(
+            sweep_dir, snapshot.take(sweep_dir)
+        )
+        setup = [*snapshot.setup_lines(folder), *(params.get("setup") or [])]
+        executor.update_parameters(**{f"{launcher._EXECUTOR}_setup": setup})
+
     job_params: list[Any] = []
     for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
         log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))}")
         job_params.append(
             (list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state())
         )
-    return list(executor.map_array(launcher, *zip(*job_params, strict=True)))
+    from experiments.launchers import slurm
+
+    jobs: list[Any] = []
+    size = slurm.max_array_size()
+    try:
+        for start in range(0, len(job_params), size):  # more than MaxArraySize: several arrays
+            chunk = job_params[start : start + size]
+            jobs += executor.map_array(launcher, *zip(*chunk, strict=True))
+    except BaseException:  # sbatch refused (one line, slurm.py): no copy left for nothing
+        if folder is not None and not jobs and _snapshots.get(sweep_dir) == folder:
+            import shutil
+
+            del _snapshots[sweep_dir]
+            shutil.rmtree(folder, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                folder.parent.rmdir()  # .snapshot/, when it held only this copy
+        raise
+    record_submission(sweep_dir, config, job_overrides, initial_job_idx, jobs, folder)
+    return jobs
+
+
+SUBMITTED = "submitted.json"
+
+
+def record_submission(
+    sweep_dir: Path,
+    config: DictConfig,
+    job_overrides: Sequence[Sequence[str]],
+    initial_job_idx: int,
+    jobs: list[Any],
+    folder: Path | None,
+) -> dict[str, Any]:
+    """What the login submitted, kept in the sweep directory (experiments-status reads it: a
+    point whose job has not started has no directory yet). A search submits batch after
+    batch, and a continued sweep again: each submission adds its points (a point submitted
+    again keeps its newest job)."""
+    from experiments.run.record import user_command
+
+    path = sweep_dir / SUBMITTED
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        record = {"points": {}, "submissions": []}
+    arrays = sorted({str(job.job_id).split("_")[0] for job in jobs}, key=int)
+    record["submissions"].append(
+        {
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "command": user_command(),
+            "arrays": arrays,
+            "snapshot": str(folder) if folder else None,
+            "wait": bool(config.launcher.get("wait", True)),
+        }
+    )
+    for idx, (job, overrides) in enumerate(zip(jobs, job_overrides, strict=True), initial_job_idx):
+        record["points"][str(idx)] = {"job_id": str(job.job_id), "overrides": list(overrides)}
+    write_json_atomic(path, record)
+    return record
 
 
 def _wait(job: Any) -> None:

@@ -31,6 +31,48 @@ def plan_launch(config: DictConfig, plans: list[Any]) -> None:
         _as_one_array(plans, launcher, len(plans))
 
 
+def submits_without_waiting(config: DictConfig) -> bool:
+    """launcher=slurm launcher.wait=false: the login submits and leaves; each point's job
+    records itself, and experiments-status / experiments-report read the sweep directory."""
+    launcher = slurm_fields(config)
+    return launcher is not None and launcher.get("wait") is False
+
+
+def refuse_search_without_waiting(config: DictConfig) -> None:
+    """A search (Optuna) picks each next point from the values of finished ones: nobody
+    would be left to pick them."""
+    if submits_without_waiting(config):
+        from experiments.errors import ConfigError
+
+        raise ConfigError(
+            "launcher.wait",
+            False,
+            "a search chooses each next point from finished ones, so its login must wait: "
+            "use launcher.wait=true, in tmux or screen, or submit the search itself as a small "
+            "job (sbatch --wrap '<this command>' on a node that can run sbatch)",
+        )
+
+
+def how_to_follow(sweep_dir: Path) -> str:
+    """What the login of a launcher.wait=false submission prints before it exits."""
+    import json
+
+    from experiments.launchers.slurm_jobs import SUBMITTED
+
+    record = json.loads((sweep_dir / SUBMITTED).read_text())
+    arrays = record["submissions"][-1]["arrays"]
+    snapshot = record["submissions"][-1]["snapshot"]
+    lines = [
+        f"submitted {len(record['points'])} point(s) as Slurm job(s) {' '.join(arrays)}; "
+        f"nothing waits for them here (launcher.wait=false). Recorded in {sweep_dir / SUBMITTED}"
+        + (f"; the jobs run the code copied to {snapshot}" if snapshot else ""),
+        f"  follow:  experiments-status {sweep_dir} [--watch 30]",
+        f"  cancel:  experiments-status --cancel {sweep_dir}",
+        f"  report:  experiments-report {sweep_dir}  (what has finished so far)",
+    ]
+    return "\n".join(lines)
+
+
 def login_catches_ctrl_c(config: DictConfig) -> None:
     """From here on Ctrl-C at the sweep's login stops it the launcher's way."""
     if slurm_fields(config) is None:
@@ -52,12 +94,18 @@ def slurm_fields(config: DictConfig) -> dict[str, Any] | None:
 
 def _as_one_array(plans: list[Any], launcher: dict[str, Any], points: int) -> None:
     """hydra-submitit-launcher submits a sweep's points as one job array, with the sweep's
-    (not a point's) launcher fields: each point's plan shows that one sbatch script."""
+    (not a point's) launcher fields: each point's plan shows that sbatch script. A sweep larger
+    than the cluster's MaxArraySize goes as several arrays (slurm_jobs.submit): each point
+    shows the script of its own array. (A dry run asks Slurm nothing: it splits at Slurm's
+    default MaxArraySize; the submission itself reads the cluster's.)"""
     from experiments.launchers import slurm
 
-    for plan in plans:
+    size = slurm.MAX_ARRAY_SIZE
+    for number, plan in enumerate(plans):
         if plan is not None:
-            plan.launch_command = slurm.command(launcher, [], str(plan.run_dir), points=points)
+            start = number - number % size
+            in_array = min(size, points - start)
+            plan.launch_command = slurm.command(launcher, [], str(plan.run_dir), points=in_array)
 
 
 def _slurm_login_catches_ctrl_c(sweep_dir: Path) -> None:
