@@ -105,20 +105,26 @@ def test_report_of_a_sweep_under_way_says_what_is_still_to_come(tmp_path: Path, 
     assert "still to come" not in capsys.readouterr().out  # all four finished
 
 
-def test_cancel_when_slurm_does_not_answer_is_one_line_exit_1_nothing_recorded(
+def test_slurm_not_answering_is_one_line_exit_1_and_cancel_records_nothing(
     tmp_path: Path, capsys, monkeypatch
 ) -> None:
     """A point submitted (submitted.json) whose job has not started; no squeue on PATH: the
-    table still shows it queued, and --cancel says Slurm did not answer."""
+    table still shows it queued with one line saying Slurm did not answer (exit 1), and
+    --cancel says so too, having cancelled and recorded nothing."""
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     (sweep / "submitted.json").write_text(
         json.dumps({"points": {"0": {"job_id": "41_0", "overrides": []}}, "submissions": []})
     )
     monkeypatch.setenv("PATH", str(tmp_path / "no-slurm"))
-    status.main([str(sweep)])
-    rows = capsys.readouterr().out.splitlines()
+    with pytest.raises(SystemExit) as exit_:
+        status.main([str(sweep)])
+    assert exit_.value.code == 1
+    shown = capsys.readouterr()
+    rows = shown.out.splitlines()
     assert rows[1].split()[:2] == ["0", "queued"] and rows[-1] == "1 point(s): 1 queued"
+    (line,) = shown.err.strip().splitlines()
+    assert line.startswith("error: Slurm did not answer (squeue not found on PATH"), line
     with pytest.raises(SystemExit) as exit_:
         status.main(["--cancel", str(sweep)])
     assert exit_.value.code == 1

@@ -153,6 +153,34 @@ INVALID = [
     ),
     (["launcher=slurm", "launcher.timeout_min=0"], "launcher.timeout_min", ">= 1"),
     (["launcher=slurm", "launcher.array_parallelism=0"], "launcher.array_parallelism", ">= 1"),
+    (["trainer.global_batch_size=0"], "trainer.global_batch_size", ">= 1"),
+    (
+        [
+            "topology=ddp",
+            "launcher=torchrun",
+            "launcher.nproc_per_node=3",
+            "data.val_size=63",
+            "trainer.global_batch_size=32",
+        ],
+        "trainer.global_batch_size",
+        "trainer.global_batch_size=30 or trainer.global_batch_size=33",
+    ),
+    (
+        ["trainer.engine=spikingjelly", "trainer.global_batch_size=32", "trainer.batch_size=8"],
+        "trainer.batch_size",
+        "no gradient accumulation",
+    ),
+    (
+        [
+            "topology=pp",
+            "launcher=torchrun",
+            "launcher.nproc_per_node=2",
+            "trainer.global_batch_size=32",
+            "trainer.batch_size=8",
+        ],
+        "trainer.batch_size",
+        "topology.pipeline_microbatches=4",
+    ),
     (["launcher=slurm", "launcher.wait=later"], "launcher.wait", "true or false"),
     (["launcher=slurm", "launcher.snapshot=1"], "launcher.snapshot", "true or false"),
     (

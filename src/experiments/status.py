@@ -7,7 +7,9 @@ one-line error, interrupted, pruned, cancelled. A point whose Slurm job has not 
 no directory: the sweep's submitted.json (written at submission, launchers/slurm_jobs.py) names
 it and its job. A record cut short or written by another version is that point's problem (one
 line), never an error of the command (run/record.read_records). It writes nothing and exits 0
-whatever the points' states; `--watch S` redraws every S seconds.
+whatever the points' states, except where Slurm was needed and did not answer (squeue
+failing for points whose jobs are not finished): the table from the run directories, one line
+saying so, exit 1. `--watch S` redraws every S seconds.
 
 `--cancel` cancels (scancel) the Slurm jobs of every point not finished: pending ones never
 start, running ones get Slurm's SIGTERM (a checkpoint, then `interrupted`). What it cancelled is
@@ -100,17 +102,6 @@ def _ask_squeue(job_ids: list[str]) -> dict[str, tuple[str, str]]:
         if len(parts) == 3:
             found[parts[0]] = (parts[1].lower(), parts[2])
     return found
-
-
-def _squeue(job_ids: list[str]) -> dict[str, tuple[str, str]]:
-    """As _ask_squeue, {} where squeue does not answer (no Slurm here): the table still shows
-    what the run directories say."""
-    if not job_ids:
-        return {}
-    try:
-        return _ask_squeue(job_ids)
-    except SlurmNotAnswering:
-        return {}
 
 
 def _sacct(job_ids: list[str]) -> dict[str, str]:
@@ -217,10 +208,18 @@ def unfinished_jobs(path: Path, records: dict[Path, dict[str, Any]]) -> list[str
     return jobs
 
 
-def table(path: Path) -> str:
+def table(path: Path, problems: list[str] | None = None) -> str:
+    """The table; where squeue was needed (points whose Slurm jobs are not finished) and did
+    not answer, the states are the run directories' own and the reason goes to `problems`."""
     records = {run_dir: _records(run_dir) for run_dir in point_dirs(path)}
     jobs = unfinished_jobs(path, records)
-    queue = _squeue(jobs)  # one squeue call for the whole table
+    queue: dict[str, tuple[str, str]] = {}
+    if jobs:  # one squeue call for the whole table
+        try:
+            queue = _ask_squeue(jobs)
+        except SlurmNotAnswering as error:
+            if problems is not None:
+                problems.append(str(error))
     unstarted = [job_of(d, {}) for d in records if not d.exists()]
     accounted = _sacct([job for job in unstarted if job and job not in queue])
     cancelled = _read_json(path / CANCELLED)
@@ -301,10 +300,21 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(1)
         return
     while True:
-        shown = table(path)
+        problems: list[str] = []
+        shown = table(path, problems)
+        said = (
+            f"error: Slurm did not answer ({problems[0]}); the states above are the run "
+            "directories' own"
+            if problems
+            else ""
+        )
         if args.watch is None:
             print(shown)
+            if said:
+                print(said, file=sys.stderr)
+                sys.exit(1)
             return
+        shown += f"\n{said}" if said else ""
         print("\033[2J\033[H" + time.strftime("%H:%M:%S ") + str(path) + "\n" + shown, flush=True)
         try:
             time.sleep(args.watch)

@@ -246,6 +246,25 @@ def main() -> None:
         if exit_.code == 1 and not callbacks.composed:
             sys.exit(ConfigError.exit_code)
         raise
+    if distributed_env.is_worker():
+        _worker_exits_without_teardown()
+
+
+def _worker_exits_without_teardown() -> None:
+    """A torchrun rank whose run returned (its records written, its process group destroyed)
+    ends here: Python's exit handlers run, then the process exits without the interpreter's
+    and the C++ libraries' teardown. Seen once in a 2-rank FSDP2 run on gloo under load:
+    the non-leader rank, done first, aborted while exiting ("terminate called without an
+    active exception", SIGABRT: a native thread still joinable at teardown), and torchrun
+    killed rank 0 while it was still writing the run's summary, so a finished run failed."""
+    import atexit
+    import os
+
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -87,6 +87,14 @@ class SNNPlan:
                 "per_rank": config.batch_size,
                 "global": self.global_batch,
                 "micro": config.batch_size // self.dims.pipeline_microbatches,
+                **(
+                    {
+                        "accumulation_steps": self.trainer["accumulation_steps"],
+                        "derivation": self.trainer["derivation"],
+                    }
+                    if "derivation" in self.trainer
+                    else {}
+                ),
             },
             "run_dir": str(self.run_dir),
             "resume": self.resume,
@@ -126,7 +134,8 @@ class SNNPlan:
                 else ""
             ),
             f"  batch      {plan['batch']['per_rank']} per data-parallel rank, "
-            f"{plan['batch']['global']} global",
+            f"{plan['batch']['global']} global"
+            + (f" ({plan['batch']['derivation']})" if "derivation" in plan["batch"] else ""),
             f"  run dir    {self.run_dir}",
             f"  launcher   {plan['launcher']}; it would execute:",
         ]
@@ -382,6 +391,11 @@ def build_snn_plan(
     world_size = module.world_size(launcher)
     module.validate(launcher)
     dims = parallel_dims(values["topology"], world_size, caps, model_name, trainer["batch_size"])
+    if not classic and trainer.get("global_batch_size") is not None:
+        trainer = {**trainer, **snn_trainer.derive_batch(trainer, dims)}
+        dims = parallel_dims(  # the pipeline's micro-batches against the derived batch
+            values["topology"], world_size, caps, model_name, trainer["batch_size"]
+        )
     _check_validation_split(values["data"], dims, trainer["batch_size"])
 
     if classic:
@@ -401,6 +415,7 @@ def build_snn_plan(
             trainer, module.has_cuda(launcher), launcher["name"]
         )
         snn_trainer.check_cuda_graph(trainer, dims)
+        snn_trainer.check_accumulation(trainer, engine, dims)
     if trainer.get("memopt_level") and not caps.memopt:
         raise ConfigError(
             "trainer.memopt_level", trainer["memopt_level"], f"0: {model_name} has no memopt split"

@@ -24,6 +24,7 @@ def checked(trainer: dict[str, Any]) -> dict[str, Any]:
     check.integer(trainer["epochs"], "trainer.epochs", minimum=1)
     check.optional_integer(trainer["max_steps"], "trainer.max_steps", minimum=1)
     check.integer(trainer["batch_size"], "trainer.batch_size", minimum=1)
+    check.optional_integer(trainer.get("global_batch_size"), "trainer.global_batch_size", minimum=1)
     check.integer(trainer["workers"], "trainer.workers", minimum=0)
     check.integer(trainer["checkpoint_interval"], "trainer.checkpoint_interval", minimum=0)
     check.integer(trainer["keep_checkpoints"], "trainer.keep_checkpoints", minimum=1)
@@ -93,4 +94,68 @@ def check_cuda_graph(trainer: dict[str, Any], dims: ParallelDims) -> None:
             "cuda_graph",
             f"needs a single-rank run (world size here: {dims.world_size}); SpikingJelly's "
             "train_classification captures CUDA graphs on one rank only: use eager or compile",
+        )
+
+
+def derive_batch(trainer: dict[str, Any], dims: Any) -> dict[str, Any]:
+    """trainer.global_batch_size over the data-parallel ranks: the per-rank batch (the
+    library's TrainingConfig.batch_size, what each rank's loader yields per optimizer step)
+    and the gradient-accumulation micro-batches it is trained in, the fewest of equal size
+    that keep each forward at most trainer.batch_size. The same experiment on single, ddp x2
+    or fsdp2 x4 then optimises over the same global batch (the data-parallel ranks' union is
+    the batch a single process would take: DistributedSampler interleaves its indices)."""
+    total, cap = trainer["global_batch_size"], trainer["batch_size"]
+    dp = dims.data_parallel_size
+    if total % dp:
+        fits = [n for n in (total - total % dp, total - total % dp + dp) if n > 0]
+        raise ConfigError(
+            "trainer.global_batch_size",
+            total,
+            f"a multiple of the data-parallel size {dp} ({dims.describe()}), e.g. "
+            + " or ".join(f"trainer.global_batch_size={n}" for n in fits),
+        )
+    per_rank = total // dp
+    steps = next(a for a in range(1, per_rank + 1) if per_rank % a == 0 and per_rank // a <= cap)
+    return {
+        "batch_size": per_rank,
+        "accumulation_steps": steps,
+        "micro_batch_size": per_rank // steps,
+        "batch_size_cap": cap,
+        "derivation": (
+            f"trainer.global_batch_size={total} / data-parallel {dp} = {per_rank} per rank"
+            + (
+                f", in {steps} accumulation steps of {per_rank // steps} "
+                f"(trainer.batch_size={cap} at most per forward)"
+                if steps > 1
+                else ""
+            )
+        ),
+    }
+
+
+def check_accumulation(trainer: dict[str, Any], engine: str, dims: Any) -> None:
+    """Gradient accumulation is the CPU engine's: SpikingJelly's train_classification steps
+    the optimizer after every batch, and a pipeline splits its batch into micro-batches of
+    its own."""
+    steps = trainer.get("accumulation_steps", 1)
+    if steps == 1:
+        return
+    per_rank = trainer["batch_size"]
+    if engine != "cpu":
+        raise ConfigError(
+            "trainer.batch_size",
+            trainer["batch_size_cap"],
+            f"{per_rank} (trainer.global_batch_size={trainer['global_batch_size']} needs "
+            f"{per_rank} images per rank and forward: {engine}'s loop has no gradient "
+            "accumulation; or trainer.engine=cpu)",
+        )
+    if dims.pipeline_parallel_size > 1:
+        cap = trainer["batch_size_cap"]
+        fits = next(m for m in range(1, per_rank + 1) if per_rank % m == 0 and per_rank // m <= cap)
+        raise ConfigError(
+            "trainer.batch_size",
+            cap,
+            f"{per_rank}: a pipeline splits the per-rank batch into micro-batches of its own "
+            f"instead of accumulating; keep trainer.batch_size={per_rank} with "
+            f"topology.pipeline_microbatches={fits} for forwards of {per_rank // fits}",
         )

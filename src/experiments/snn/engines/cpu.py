@@ -166,7 +166,9 @@ class _Trainer:
         """One optimizer step; returns the loss averaged over the data-parallel ranks."""
         context, dims = self.context, self.plan.dims
         self.optimizer.zero_grad(set_to_none=True)
-        if self.train_schedule is None:
+        if self.train_schedule is None and self.plan.trainer.get("accumulation_steps", 1) > 1:
+            loss = self._accumulate(images, targets)
+        elif self.train_schedule is None:
             loss = _classification_loss(self._forward(images), targets, self.loss_function)
             loss.backward()
             loss = loss.detach()
@@ -196,6 +198,30 @@ class _Trainer:
         if self.train_schedule is None:
             functional.reset_net(self.model)
         return context.all_reduce_dp(loss.clone()) / dims.data_parallel_size
+
+    def _accumulate(self, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The rank's batch in trainer.accumulation_steps micro-batches (trainer.global_batch_size):
+        each micro-batch's mean loss weighted by its share of the batch, so the summed
+        gradients are those of the batch's mean loss (the network's state reset after each
+        forward, as after a step). DDP synchronises once, on the last micro-batch."""
+        from contextlib import nullcontext
+
+        steps = self.plan.trainer["accumulation_steps"]
+        batch_dim = self.config.input_layout.index("N") if "N" in self.config.input_layout else 0
+        chunks = list(zip(images.chunk(steps, dim=batch_dim), targets.chunk(steps), strict=True))
+        total = targets.numel()
+        loss = torch.zeros(())
+        for number, (micro_images, micro_targets) in enumerate(chunks):
+            last = number == len(chunks) - 1
+            no_sync = getattr(self.model, "no_sync", None)  # DDP's
+            with nullcontext() if last or no_sync is None else no_sync():
+                micro = _classification_loss(
+                    self._forward(micro_images), micro_targets, self.loss_function
+                )
+                (micro * (micro_targets.numel() / total)).backward()
+            functional.reset_net(self.model)
+            loss = loss + micro.detach() * micro_targets.numel()
+        return loss / total
 
     def _replica_spread(self) -> float:
         """Largest difference of any parameter sum across data-parallel replicas."""

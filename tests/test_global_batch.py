@@ -1,0 +1,128 @@
+"""trainer.global_batch_size (issue 28): the batch the optimizer sees, whatever the topology.
+
+The plan derives the per-rank batch from the data-parallel size (and gradient-accumulation
+micro-batches where the per-rank batch exceeds trainer.batch_size); the CPU engine's
+accumulation gives the gradient of the whole batch's mean loss (checked against one backward
+on a network without BatchNorm: with BatchNorm each micro-batch is normalised by its own
+statistics, as in every framework); one real 2-rank run accumulates.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from spikingjelly.activation_based import functional, layer, neuron
+
+from .conftest import FAST, plan_for, read_jsonl, run_cli
+
+
+@pytest.mark.parametrize(
+    ("topology", "cap", "per_rank", "steps"),
+    [
+        ([], 32, 32, 1),
+        (["topology=ddp", "launcher=torchrun", "launcher.nproc_per_node=2"], 32, 16, 1),
+        (["topology=fsdp2", "launcher=torchrun", "launcher.nproc_per_node=4"], 32, 8, 1),
+        (["topology=fsdp2", "launcher=torchrun", "launcher.nproc_per_node=2"], 8, 16, 2),
+        (["topology=channel_tp", "launcher=torchrun", "launcher.nproc_per_node=2"], 6, 32, 8),
+    ],
+    ids=["single", "ddp2", "fsdp2x4", "fsdp2x2-accumulating", "tp2-accumulating"],
+)
+def test_the_global_batch_stays_whatever_the_topology(
+    topology: list[str], cap: int, per_rank: int, steps: int
+) -> None:
+    """(tp2: 32 per rank at most 6 a forward: 8 micro-batches of 4, the fewest equal ones.)"""
+    plan = plan_for(
+        [*topology, "trainer.global_batch_size=32", f"trainer.batch_size={cap}", "data=synthetic"]
+    )
+    batch = plan.as_dict()["batch"]
+    assert (batch["global"], batch["per_rank"]) == (32, per_rank)
+    assert plan.training_config.batch_size == per_rank  # what each rank's loader yields
+    assert batch["accumulation_steps"] == steps
+    assert batch["derivation"].startswith("trainer.global_batch_size=32 / data-parallel")
+    assert ("accumulation steps" in batch["derivation"]) == (steps > 1)
+    assert "32 global (trainer.global_batch_size=32" in plan.as_text()
+
+
+def test_without_it_the_per_rank_batch_is_the_default() -> None:
+    plan = plan_for(["topology=ddp", "launcher=torchrun", "launcher.nproc_per_node=2"])
+    batch = plan.as_dict()["batch"]
+    assert (batch["per_rank"], batch["global"]) == (32, 64) and "derivation" not in batch
+
+
+def _net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        layer.Conv2d(3, 4, 3, padding=1),
+        neuron.LIFNode(),
+        layer.Flatten(),
+        layer.Linear(4 * 8 * 8, 10),
+    )
+    functional.set_step_mode(net, "m")
+    return net
+
+
+@pytest.mark.parametrize("batch", [8, 7])  # 7: an uneven last micro-batch
+def test_accumulated_gradients_are_the_whole_batchs(batch: int) -> None:
+    """The engine's own step with 4 accumulation steps: no forward sees more than its
+    micro-batch, and the gradients are those of one backward over the whole batch."""
+    from experiments.snn.engines.cpu import _Trainer
+
+    images, targets = torch.randn(batch, 3, 8, 8), torch.arange(batch) % 10
+    reference = _net()
+    config = SimpleNamespace(
+        model=SimpleNamespace(time_steps=2, step_mode="m"), input_layout="NCHW"
+    )
+    engine = SimpleNamespace(model=reference, config=config, loss_function=F.cross_entropy)
+    engine._forward = lambda x: _Trainer._forward(engine, x)
+    whole = F.cross_entropy(engine._forward(images), targets)
+    whole.backward()
+    expected = [p.grad.clone() for p in reference.parameters()]
+
+    engine.model = accumulated = _net()
+    seen: list[int] = []
+    accumulated[0].register_forward_pre_hook(lambda _, args: seen.append(args[0].shape[1]))
+    engine.optimizer = torch.optim.SGD(accumulated.parameters(), lr=0.0)  # grads stay to read
+    engine.scheduler = engine.train_schedule = None
+    engine.context = SimpleNamespace(all_reduce_dp=lambda t: t)
+    engine.plan = SimpleNamespace(
+        trainer={"accumulation_steps": 4}, dims=SimpleNamespace(data_parallel_size=1)
+    )
+    engine._accumulate = lambda x, y: _Trainer._accumulate(engine, x, y)
+    loss = _Trainer._step(engine, images, targets)
+    assert max(seen) == 2 and sum(seen) == batch, seen  # [T, N, ...]: N per forward
+    assert loss.item() == pytest.approx(whole.item(), rel=1e-6)
+    for got, want in zip((p.grad for p in accumulated.parameters()), expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_a_two_rank_run_accumulates_to_the_global_batch(tmp_path: Path) -> None:
+    """ddp x2, trainer.global_batch_size=16 with at most 4 per forward: 8 per rank in two
+    micro-batches, 4 optimizer steps (trainer.max_steps) of 16 images each."""
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        [
+            *FAST,
+            "topology=ddp",
+            "launcher=torchrun",
+            "launcher.nproc_per_node=2",
+            "trainer.global_batch_size=16",
+            "trainer.batch_size=4",
+            "trainer.log_every_n_steps=1",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed"
+    assert summary["metrics"]["global_batch"] == 16 and summary["metrics"]["steps"] == 4
+    assert [r["step"] for r in read_jsonl(run_dir / "steps.jsonl")] == [1, 2, 3, 4]
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["batch"]["accumulation_steps"] == 2 and plan["batch"]["per_rank"] == 8
