@@ -34,6 +34,12 @@ def non_negative_number(value: Any, key: str) -> float:
     return float(value)
 
 
+def boolean(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(key, value, "true or false")
+    return value
+
+
 def choice(value: Any, key: str, choices: Iterable[Any]) -> Any:
     options = list(choices)
     if value not in options:

@@ -129,6 +129,14 @@ def plan_run(
 ) -> GANPlan:
     """The family's planner (experiments/families.py): the keys every family shares are
     already checked."""
+    from experiments.run import reshard
+
+    reshard.refuse(
+        "MMGen's train_model",
+        extensions,
+        "our GAN engine resumes iter_N.pth with the data position and samples per GPU it "
+        "recorded; another world size is not handled yet",
+    )
     plan = build_gan_plan(values, run_dir, overrides, choices)
     plan.extensions = extensions
     _check_pruned_trial(cfg, plan.recipe)

@@ -78,25 +78,44 @@ def save(
     return final
 
 
-def load(path: Path, shard: str, recipe: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Load one shard of one checkpoint; raises on anything that is not a good checkpoint."""
-    meta = json.loads((path / META).read_text(encoding="utf-8"))
+def load(
+    path: Path, shard: str, recipe: dict[str, Any], layout: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Load one shard of one checkpoint; raises on anything that is not a good checkpoint.
+    `layout`: recipe fields the checkpoint may differ in (a data-parallel reshard, whose
+    global batch the caller checks: run/reshard.py)."""
+    meta = read_meta(path)
+    check_recipe(path, meta, recipe, layout)
+    state = torch.load(path / shard, map_location="cpu", weights_only=True)
+    return state, meta
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    return json.loads((path / META).read_text(encoding="utf-8"))
+
+
+def check_recipe(
+    path: Path, meta: dict[str, Any], recipe: dict[str, Any], layout: tuple[str, ...] = ()
+) -> None:
     differing = sorted(
         key
         for key in set(recipe) | set(meta.get("recipe", {}))
-        if recipe.get(key) != meta.get("recipe", {}).get(key)
+        if key not in layout and recipe.get(key) != meta.get("recipe", {}).get(key)
     )
     if differing:
         raise CheckpointError(
             f"checkpoint {path} was written by a different config (differs in: "
             f"{', '.join(differing)}); resume=null starts over, or use another hydra.run.dir"
         )
-    state = torch.load(path / shard, map_location="cpu", weights_only=True)
-    return state, meta
 
 
 def load_agreed(
-    candidates: list[Path], shard: str, recipe: dict[str, Any], all_ranks_ok: Callable[[bool], bool]
+    candidates: list[Path],
+    shard: str,
+    recipe: dict[str, Any],
+    all_ranks_ok: Callable[[bool], bool],
+    layout: tuple[str, ...] = (),
+    loader: Callable[[Path], tuple[dict[str, Any], dict[str, Any]]] | None = None,
 ) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
     """The newest candidate that loads on every rank. A checkpoint that fails to load on any
     rank (truncated, corrupt) is reported with its path and the previous one is tried, so all
@@ -105,7 +124,7 @@ def load_agreed(
     failures = []
     for path in candidates:
         try:
-            state, meta = load(path, shard, recipe)
+            state, meta = (loader or (lambda p: load(p, shard, recipe, layout)))(path)
             error = None
         except CheckpointError:
             raise  # a different config: the same answer on every rank

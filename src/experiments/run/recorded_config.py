@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.dotted_keys import flatten
 from experiments.errors import ConfigError
+from experiments.run import reshard
 from experiments.run.record import SUMMARY
 from experiments.run.recorded_run import config_path, read_config
 
@@ -50,10 +51,14 @@ def check_against_record(cfg: DictConfig, run_dir: Path, resume: Any) -> list[st
     if not changed:
         return []
     extensions = [key for key in changed if key in EXTENSION_KEYS]
+    # Another topology or launcher (with the batch keys that keep the global batch) resumes
+    # the run's checkpoint resharded; run/reshard.py decides whether it can.
+    topology = [key for key in changed if reshard.is_reshard_key(key)]
+    batch = [key for key in changed if key in reshard.BATCH_KEYS] if topology else []
     if (
         resume == "auto"
-        and extensions == changed
-        and all(_raised(recorded.get(key), current.get(key)) for key in changed)
+        and set(extensions) | set(topology) | set(batch) == set(changed)
+        and all(_raised(recorded.get(key), current.get(key)) for key in extensions)
     ):
         return [f"{key}: {recorded.get(key)} -> {current.get(key)}" for key in changed]
     key = changed[0]
@@ -63,7 +68,8 @@ def check_against_record(cfg: DictConfig, run_dir: Path, resume: Any) -> list[st
         f"{run_dir} holds a run recorded with {key}={recorded.get(key, '<unset>')!r} "
         f"(keys that differ: {', '.join(changed)}); its record is not rewritten. Use another "
         "hydra.run.dir, resume=null to start it over, or raise only trainer.epochs / "
-        "trainer.max_steps / model.iters with resume=auto to extend it",
+        "trainer.max_steps / model.iters with resume=auto to extend it (topology.* and "
+        "launcher.* may change too: the checkpoint is resharded)",
     )
 
 

@@ -420,6 +420,18 @@ def build_snn_plan(
         raise ConfigError(
             "trainer.memopt_level", trainer["memopt_level"], f"0: {model_name} has no memopt split"
         )
+    from experiments.run import reshard
+
+    reshard.check_snn(
+        run_dir,
+        extensions,
+        engine,
+        dims,
+        trainer["batch_size"],
+        bool(trainer.get("allow_global_batch_change", False)),
+        resume,
+        can_resplit=hasattr(model_config.get_builder_cls(), "merge_state_dicts"),
+    )
     training_config = _training_config(
         model_config,
         values,

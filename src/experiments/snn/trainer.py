@@ -25,6 +25,8 @@ def checked(trainer: dict[str, Any]) -> dict[str, Any]:
     check.optional_integer(trainer["max_steps"], "trainer.max_steps", minimum=1)
     check.integer(trainer["batch_size"], "trainer.batch_size", minimum=1)
     check.optional_integer(trainer.get("global_batch_size"), "trainer.global_batch_size", minimum=1)
+    allow = trainer.get("allow_global_batch_change", False)
+    check.boolean(allow, "trainer.allow_global_batch_change")
     check.integer(trainer["workers"], "trainer.workers", minimum=0)
     check.integer(trainer["checkpoint_interval"], "trainer.checkpoint_interval", minimum=0)
     check.integer(trainer["keep_checkpoints"], "trainer.keep_checkpoints", minimum=1)

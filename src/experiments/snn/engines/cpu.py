@@ -35,7 +35,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from tqdm import tqdm
 
 from experiments import distributed_env
-from experiments.run import checkpoint
+from experiments.run import checkpoint, reshard
 from experiments.run.early_stopping import BEST, Monitor
 from experiments.run.record import STEPS, RunRecorder, append_jsonl
 from experiments.run.stop import GracefulStop
@@ -308,7 +308,9 @@ class _Trainer:
             candidates = context.broadcast(checkpoint.complete_checkpoints(self.root))
         else:
             candidates = [Path(plan.resume)]
-        found = checkpoint.load_agreed(candidates, self.shard, self.recipe, context.all_true)
+        found = checkpoint.load_agreed(
+            candidates, self.shard, self.recipe, context.all_true, loader=self._load
+        )
         if found is None:
             self.recorder.truncate_logs(after_step=0)
             if plan.resume is None:  # starting over: older checkpoints must not outrank ours
@@ -317,6 +319,7 @@ class _Trainer:
                 context.barrier()
             return 0, 0, 0
         path, state, meta = found
+        batch_in_epoch = self._resharded_position(path, meta)
         set_state_dict(
             self.model,
             self.optimizer,
@@ -334,7 +337,51 @@ class _Trainer:
         self.recorder.summary["resumed_from"] = str(path)
         self.recorder.summary["resumes"] = self.recorder.summary.get("resumes", 0) + 1
         log.info("resumed from %s at step %d", path, step)
-        return step, int(meta["epoch"]), int(meta["batch_in_epoch"])
+        return step, int(meta["epoch"]), batch_in_epoch
+
+    def _load(self, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        """This rank's state from a checkpoint: its own shard file, or, when the checkpoint
+        was split into other pipeline stages / TP shards, re-split from all of them
+        (engines/resplit.py). The data-parallel layout may differ either way (run/reshard.py)."""
+        meta = checkpoint.read_meta(path)
+        dims, context = self.plan.dims, self.context
+        written = tuple(meta.get("mesh", {}).get("shape", dims.mesh_shape))[1:]
+        if tuple(written) == tuple(dims.mesh_shape[1:]):
+            return checkpoint.load(path, self.shard, self.recipe, reshard.RECIPE_FIELDS)
+        checkpoint.check_recipe(path, meta, self.recipe, reshard.RESPLIT_FIELDS)
+        from experiments.snn.engines import resplit
+
+        state = resplit.load(
+            path,
+            meta,
+            self.config.model.get_builder_cls()(self.config.model),
+            context.pp_rank,
+            dims.pipeline_parallel_size,
+            context.tp_rank,
+            dims.tensor_parallel_size,
+            get_state_dict(self.model, self.optimizer, options=FULL_STATE),
+        )
+        log.info("re-split %s from pp x tp = %s to %s", path, written, dims.mesh_shape[1:])
+        return state, meta
+
+    def _resharded_position(self, path: Path, meta: dict[str, Any]) -> int:
+        """Where in its epoch a checkpoint written under another data-parallel layout
+        resumes (run/reshard.py: TP/PP as written, checked before launch). The per-rank batch
+        index means the same samples while the global batch is kept; a global batch changed
+        on purpose (trainer.allow_global_batch_change) resumes after the samples trained."""
+        position = int(meta["batch_in_epoch"])
+        if "mesh" not in meta:  # (written before meshes were recorded: as it was)
+            return position
+        old = reshard.global_batch(meta)
+        new = self.config.batch_size * self.plan.dims.data_parallel_size
+        if old == new:
+            return position
+        if not self.plan.trainer.get("allow_global_batch_change", False):
+            raise checkpoint.CheckpointError(
+                f"checkpoint {path} trained at a global batch of {old}, this run at {new}: "
+                "keep it (trainer.global_batch_size), or trainer.allow_global_batch_change=true"
+            )
+        return position * old // new
 
     # --- the loop -------------------------------------------------------------------------
 
