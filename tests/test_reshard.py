@@ -1,5 +1,6 @@
-"""run/reshard.py without a run: which engines and families refuse a topology change, and the
-recorded-config check that lets one through (test_topologies.py resumes real runs)."""
+"""run/reshard.py and snn/reshard.py without a run: which engines and families refuse a
+topology change, and the engine's own global-batch check (test_topologies.py resumes real
+runs)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from experiments.errors import ConfigError
 from experiments.run import reshard
+from experiments.snn import reshard as snn_reshard
 
 CHANGED = ["topology.data_parallel: fsdp2 -> ddp", "trainer.max_steps: 8 -> 16"]
 
@@ -26,7 +28,7 @@ def test_engines_that_cannot_reshard_are_refused_naming_why(
 ) -> None:
     dims = SimpleNamespace(mesh_shape=(2, 1, 1))
     with pytest.raises(ConfigError) as refused:
-        reshard.check_snn(tmp_path, CHANGED, engine, dims, 8, False)
+        snn_reshard.check(tmp_path, CHANGED, engine, dims, 8, False)
     assert refused.value.key == "topology.data_parallel" and said in str(refused.value)
 
 
@@ -37,7 +39,7 @@ def test_a_gan_run_under_another_topology_is_refused_naming_why() -> None:
 
 
 def test_without_a_topology_change_nothing_is_checked(tmp_path: Path) -> None:
-    reshard.check_snn(tmp_path, ["trainer.max_steps: 8 -> 16"], "spikingjelly", None, 8, False)
+    snn_reshard.check(tmp_path, ["trainer.max_steps: 8 -> 16"], "spikingjelly", None, 8, False)
     assert reshard.resharded(CHANGED) == CHANGED[:1]
 
 
@@ -76,6 +78,6 @@ def test_a_split_no_builder_can_merge_is_refused_naming_the_sizes(tmp_path: Path
     )
     dims = SimpleNamespace(mesh_shape=(1, 1, 1))
     with pytest.raises(ConfigError) as refused:
-        reshard.check_snn(tmp_path, CHANGED, "cpu", dims, 8, False, can_resplit=False)
+        snn_reshard.check(tmp_path, CHANGED, "cpu", dims, 8, False, can_resplit=False)
     assert refused.value.key == "topology" and "pp=1 x tp=2: " in str(refused.value)
-    reshard.check_snn(tmp_path, CHANGED, "cpu", dims, 8, False, can_resplit=True)  # re-split
+    snn_reshard.check(tmp_path, CHANGED, "cpu", dims, 8, False, can_resplit=True)  # re-split

@@ -18,8 +18,11 @@ import csv
 import json
 import shutil
 import statistics
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -568,3 +571,38 @@ def test_export_of_a_sharded_run_is_one_state_dict_that_evaluates_to_its_numbers
     assert evaluated["checkpoint"] == str(out) and evaluated["step"] == STEPS
     assert abs(evaluated["val_accuracy"] - metrics["val_accuracy"]) <= 1e-6
     assert abs(evaluated["val_loss"] - metrics["val_loss"]) <= 1e-5 * metrics["val_loss"]
+    if name == "fsdp2_tp":  # once: README's lines load it without this package
+        _readme_loading_without_the_package(out, model, config)
+
+
+def _readme_loading_without_the_package(out: Path, model: Any, config: Any) -> None:
+    """README's snippet, as printed there, run in a fresh interpreter on the exported file:
+    its logits for seeded images are the package's own model's, and `experiments` was never
+    imported."""
+    from spikingjelly.activation_based import functional
+    from spikingjelly.activation_based.distributed.vision.execution import (
+        _forward_classification,
+    )
+
+    text = (REPO / "README.md").read_text()
+    block = text.split("<!-- load-without-this-package -->\n```python\n", 1)[1]
+    snippet = block.split("```", 1)[0].replace('"model.pt', f'"{out}')
+    seeded = snippet.replace("images = torch.rand", "torch.manual_seed(0)\nimages = torch.rand")
+    probe = f"import sys\n{seeded}assert 'experiments' not in sys.modules\n"
+    probe += "torch.save(logits, sys.argv[1])\n"
+    saved = out.with_suffix(".logits.pt")
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(saved)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=out.parent,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    torch.manual_seed(0)
+    images = torch.rand(4, 3, config.model.image_size, config.model.image_size)
+    model.eval()
+    with torch.no_grad():
+        expected = _forward_classification(model, images, config.model.time_steps, "m", "NCHW")
+    functional.reset_net(model)
+    torch.testing.assert_close(torch.load(saved, weights_only=True), expected)

@@ -52,7 +52,7 @@ def check_against_record(cfg: DictConfig, run_dir: Path, resume: Any) -> list[st
         return []
     extensions = [key for key in changed if key in EXTENSION_KEYS]
     # Another topology or launcher (with the batch keys that keep the global batch) resumes
-    # the run's checkpoint resharded; run/reshard.py decides whether it can.
+    # the run's checkpoint resharded; the family decides whether it can (snn/reshard.py).
     topology = [key for key in changed if reshard.is_reshard_key(key)]
     batch = [key for key in changed if key in reshard.BATCH_KEYS] if topology else []
     if (

@@ -1,19 +1,9 @@
-"""Resuming a run under another topology or world size (issue 28), checked before launch.
-
-The CPU engine's checkpoints hold, per (pp, tp) shard, the full model and optimizer state
-over the data-parallel ranks (`get_state_dict(full_state_dict=True)`: FSDP2's shards
-gathered, DDP's replica once). So a checkpoint does not depend on the data-parallel layout:
-DDP <-> FSDP2, more or fewer data-parallel ranks, local <-> torchrun <-> Slurm all load the
-same files, and the sampler position (a per-rank batch index) means the same samples as long
-as the global batch is the same. A different TP/PP split is re-split from all the shards by
-the model builder's own merge and shard functions (snn/engines/resplit.py); a model whose
-builder has no merge is refused naming the sizes that resume.
+"""Resuming a run under another topology or world size (issue 28): what every family shares.
 
 recorded_config.py lets `topology.*` and `launcher.*` changes through under resume=auto (with
-the batch keys that keep the global batch); this module then decides, from the newest
-checkpoint's meta.json, whether the change can be resumed, before anything is launched. The
-engine checks the global batch again when it loads (engines/cpu.py), so a worker, whose
-config the launching process has already rewritten, agrees.
+the batch keys that keep the global batch) as an extension; the family then decides, from
+its checkpoint, whether it can resume under the new topology (snn/reshard.py), or refuses it
+naming why (`refuse`), before anything is launched.
 """
 
 from __future__ import annotations
@@ -33,10 +23,6 @@ BATCH_KEYS = (
     "trainer.global_batch_size",
     "trainer.allow_global_batch_change",
 )
-# TrainingConfig fields a checkpoint may differ in after a data-parallel reshard.
-RECIPE_FIELDS = ("data_parallel", "batch_size", "pipeline_microbatches")
-# ... and after a TP/PP re-split (engines/resplit.py).
-RESPLIT_FIELDS = (*RECIPE_FIELDS, "tensor_parallel_size", "pipeline_parallel_size")
 
 
 def is_reshard_key(key: str) -> bool:
@@ -57,11 +43,6 @@ def newest_meta(run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
     return None
 
 
-def global_batch(meta: dict[str, Any]) -> int:
-    dp = int(meta["mesh"]["shape"][0])
-    return dp * int(meta["recipe"]["batch_size"])
-
-
 def refuse(family: str, extensions: list[str], why: str) -> None:
     """A family or engine that cannot resume another topology's checkpoint."""
     changes = resharded(extensions)
@@ -73,66 +54,4 @@ def refuse(family: str, extensions: list[str], why: str) -> None:
             f"{change.split(' -> ')[0]} as recorded: {family} resumes only under the topology "
             f"that wrote the run ({why}); keep the recorded topology, or use another "
             "hydra.run.dir",
-        )
-
-
-def check_snn(
-    run_dir: Path,
-    extensions: list[str],
-    engine: str,
-    dims: Any,
-    batch_size: int,
-    allow_batch_change: bool,
-    resume: Any = None,
-    can_resplit: bool = False,
-) -> None:
-    """The CPU engine resumes a data-parallel reshard; TP/PP changes and the other engines
-    are refused, and so is a global batch that would change (unless allowed). The same holds
-    for `resume=<checkpoint dir>` of another run, whatever topology wrote it."""
-    named = None
-    if resume not in (None, "auto") and engine == "cpu":
-        path = Path(str(resume))
-        try:
-            named = path, json.loads((path / checkpoint.META).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            named = None  # the engine says what is wrong with it, as before
-    if not resharded(extensions) and named is None:
-        return
-    if engine == "spikingjelly":
-        refuse(
-            "SpikingJelly's train_classification",
-            extensions,
-            "it resumes its step_N/ checkpoints only under the recipe that wrote them, "
-            "topology included: distributed/vision/training.py compares config.json",
-        )
-    if engine == "classify":
-        refuse("the classic Trainer", extensions, "its checkpoint holds the DDP replica it ran")
-    found = named or newest_meta(run_dir)
-    if found is None or "mesh" not in found[1]:
-        return  # nothing to reshard: the run starts from its beginning
-    path, meta = found
-    old_dp, old_pp, old_tp = (int(n) for n in meta["mesh"]["shape"])
-    new_dp, new_pp, new_tp = dims.mesh_shape
-    if (old_pp, old_tp) != (new_pp, new_tp) and not can_resplit:
-        raise ConfigError(
-            "topology",
-            f"pp={new_pp} x tp={new_tp}",
-            f"pp={old_pp} x tp={old_tp}: {path} was split into {old_pp} pipeline stage(s) x "
-            f"{old_tp} tensor-parallel shard(s), and this model's builder has no merge of "
-            "its shards to re-split them from; keep topology.pipeline_parallel_size and "
-            "topology.tensor_parallel_size as recorded (the data-parallel size, DDP/FSDP2 "
-            "and the launcher may change)",
-        )
-    old, new = global_batch(meta), new_dp * batch_size
-    if old != new and not allow_batch_change:
-        keeps = [f"trainer.global_batch_size={old}"]
-        if old % new_dp == 0:
-            keeps.append(f"trainer.batch_size={old // new_dp}")
-        raise ConfigError(
-            "trainer.batch_size",
-            batch_size,
-            f"a global batch of {old}: {path} trained at {old} ({old_dp} data-parallel "
-            f"rank(s) x {old // old_dp}), and dp={new_dp} x {batch_size} would continue at "
-            f"{new}; keep it with {' or '.join(keeps)}, or set "
-            "trainer.allow_global_batch_change=true to change it on purpose",
         )

@@ -420,9 +420,9 @@ def build_snn_plan(
         raise ConfigError(
             "trainer.memopt_level", trainer["memopt_level"], f"0: {model_name} has no memopt split"
         )
-    from experiments.run import reshard
+    from experiments.snn import reshard
 
-    reshard.check_snn(
+    reshard.check(
         run_dir,
         extensions,
         engine,

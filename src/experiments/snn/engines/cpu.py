@@ -35,10 +35,11 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from tqdm import tqdm
 
 from experiments import distributed_env
-from experiments.run import checkpoint, reshard
+from experiments.run import checkpoint
 from experiments.run.early_stopping import BEST, Monitor
 from experiments.run.record import STEPS, RunRecorder, append_jsonl
 from experiments.run.stop import GracefulStop
+from experiments.snn import reshard
 from experiments.snn.engines.cpu_parallel import (
     DEVICE,
     ParallelContext,
@@ -342,7 +343,7 @@ class _Trainer:
     def _load(self, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         """This rank's state from a checkpoint: its own shard file, or, when the checkpoint
         was split into other pipeline stages / TP shards, re-split from all of them
-        (engines/resplit.py). The data-parallel layout may differ either way (run/reshard.py)."""
+        (engines/resplit.py). The data-parallel layout may differ either way (snn/reshard.py)."""
         meta = checkpoint.read_meta(path)
         dims, context = self.plan.dims, self.context
         written = tuple(meta.get("mesh", {}).get("shape", dims.mesh_shape))[1:]
@@ -366,7 +367,7 @@ class _Trainer:
 
     def _resharded_position(self, path: Path, meta: dict[str, Any]) -> int:
         """Where in its epoch a checkpoint written under another data-parallel layout
-        resumes (run/reshard.py: TP/PP as written, checked before launch). The per-rank batch
+        resumes (snn/reshard.py: TP/PP as written, checked before launch). The per-rank batch
         index means the same samples while the global batch is kept; a global batch changed
         on purpose (trainer.allow_global_batch_change) resumes after the samples trained."""
         position = int(meta["batch_in_epoch"])
