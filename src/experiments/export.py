@@ -4,7 +4,9 @@ as one topology-free file to take away.
 The file is a plain state dict (`torch.load(path, weights_only=True)`) with a JSON sidecar
 (`<file>.json`: model config, source run and checkpoint, step, metrics); experiments-eval
 accepts it in place of a checkpoint. SNN runs: the single-process model SpikingJelly's builder
-makes for the run's ModelConfig, whatever topology trained it. The family's exporter does the
+makes for the run's ModelConfig, whatever topology trained it. GAN runs: the generator (the
+EMA one by default where the recipe trains one) in MMGen's key layout; experiments-sample
+accepts it too. The family's exporter does the
 work (experiments/families.py); bad input is one line and exit 2, nothing written.
 """
 
@@ -22,8 +24,9 @@ usage: experiments-export <run dir | checkpoint> [out=FILE] [ema=true|false]
 
 Writes the run's newest readable checkpoint (or the one named) as one plain state dict,
 <run dir>/export/<model>-step<N>.pt unless out=FILE, and its JSON sidecar <file>.json.
+SNN runs: the whole model. GAN runs: the generator, the EMA one unless ema=false.
 Load it without this package:  model.load_state_dict(torch.load(FILE, weights_only=True))
-Evaluate it:                   experiments-eval FILE
+Evaluate it:                   experiments-eval FILE   (GAN: experiments-sample FILE too)
 """
 
 KEYS = ("out", "ema")

@@ -53,8 +53,7 @@ def evaluate_run(run_dir: Path, checkpoint: Path | None, overrides: list[str]) -
             "at least 2 images to compare; the run recorded model.eval_images="
             f"{plan.recipe.eval_images} (no quality metrics): pass model.eval_images=N",
         )
-    path = checkpoint_of(run_dir, checkpoint)
-    model, iteration = load_model(plan, path)
+    path, model, iteration = checkpoint_or_export(plan, run_dir, checkpoint)
     from mmgen.datasets import build_dataset
 
     from experiments.data.image_files import DIGITS_FOLDER, ensure_digits_pngs
@@ -198,6 +197,20 @@ def _conf_root() -> Path:
 
 
 # ---------------------------------------------------------------- checkpoints
+
+
+def checkpoint_or_export(plan: Any, run_dir: Path, chosen: Path | None) -> tuple[Path, Any, int]:
+    """(the checkpoint or experiments-export file, the model with its weights, iteration)."""
+    from experiments.run.exported import is_exported
+
+    if chosen is not None and is_exported(chosen):
+        from experiments.gan.export import load_exported
+
+        model, iteration, _ = load_exported(plan, chosen)
+        return chosen, model, iteration
+    path = checkpoint_of(run_dir, chosen)
+    model, iteration = load_model(plan, path)
+    return path, model, iteration
 
 
 def checkpoint_of(run_dir: Path, chosen: Path | None) -> Path:

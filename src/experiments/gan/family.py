@@ -63,5 +63,6 @@ FAMILY = Family(
     completed_lines=completed_lines,
     artifacts=artifacts,
     evaluator="experiments.gan.evaluate",
+    exporter="experiments.gan.export",
     logs_through_mmcv=True,
 )

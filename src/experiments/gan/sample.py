@@ -194,7 +194,7 @@ def sample(argv: list[str]) -> int:
         return 0
     request = parse(argv)
     from experiments.evaluate import find_target
-    from experiments.gan.evaluate import checkpoint_of, load_model, recorded_plan
+    from experiments.gan.evaluate import checkpoint_or_export, recorded_plan
 
     target = find_target(request.target)
     if target.summary.get("engine") != "mmgen":
@@ -205,8 +205,8 @@ def sample(argv: list[str]) -> int:
             f"{target.summary.get('engine')}",
         )
     plan = recorded_plan(target.run_dir, [])
-    checkpoint = checkpoint_of(target.run_dir, target.checkpoint)
-    model, iteration = load_model(plan, checkpoint)
+    checkpoint, model, iteration = checkpoint_or_export(plan, target.run_dir, target.checkpoint)
+    _check_export_generator(checkpoint, request)
     kwargs, generator = generator_kwargs(model, request)
     labels, per_row = labels_for(model, request, plan.recipe.recipe)
     count = request.num if labels is None else len(labels)
@@ -238,6 +238,20 @@ def sample(argv: list[str]) -> int:
         print(f"wrote {npz}: images {pixels.shape} uint8 ({colours})" +
               (", labels" if labels is not None else ""))  # fmt: skip
     return 0
+
+
+def _check_export_generator(path: Path, request: Request) -> None:
+    """An export holds one generator: ema= may only ask for that one."""
+    from experiments.run.exported import is_exported, read_sidecar
+
+    if request.ema is None or not is_exported(path):
+        return
+    held = bool(read_sidecar(path).get("ema"))
+    if request.ema != held:
+        which = "the EMA generator" if held else "the raw generator"
+        raise ConfigError(
+            "ema", request.ema, f"{str(held).lower()} or left out: {path} holds {which} only"
+        )
 
 
 def _default_out(
