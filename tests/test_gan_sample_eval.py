@@ -362,3 +362,9 @@ def test_an_export_evaluates_to_the_runs_quality_and_ema_is_refused_without_one(
     from_export = json.loads((run_dir / "eval.json").read_text())
     assert from_export["checkpoint"] == str(exported) and from_export["iteration"] == ITERS
     assert from_export["metrics"] == from_checkpoint["metrics"]
+    torn = tmp_path / "torn.pt"  # cut short, its sidecar intact
+    torn.write_bytes(exported.read_bytes()[:200])
+    torn.with_name("torn.pt.json").write_text(exported.with_name("dcgan.pt.json").read_text())
+    code, out, err = _main("sample", [torn, f"out={tmp_path / 'torn.png'}"], capsys)
+    assert (code, out) == (2, "") and err.count("\n") == 1, err
+    assert "a readable export (" in err and not (tmp_path / "torn.png").exists()

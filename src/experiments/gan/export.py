@@ -75,7 +75,12 @@ def load_exported(plan: Any, path: Path) -> tuple[Any, int, bool]:
     sidecar = exported.read_sidecar(path)
     if sidecar.get("family") != "gan":
         raise ConfigError("checkpoint", str(path), "an export of a GAN run's generator")
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # truncated, or not a state dict
+        raise ConfigError(
+            "checkpoint", str(path), f"a readable export ({type(error).__name__})"
+        ) from None
     model = build_model(plan.mmgen_config)
     targets = [model.generator]
     if conditional.uses_ema(model):
