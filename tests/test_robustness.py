@@ -627,6 +627,14 @@ def test_ctrl_c_at_a_blocking_slurm_sweep_leaves_its_job_running_and_says_so(
     while summary_of(sweep / "0")["status"] == "running" and time.time() < deadline:
         time.sleep(0.2)
     assert summary_of(sweep / "0")["status"] == "interrupted", summary_of(sweep / "0")
+    # as the message says, once the job has ended (the login refuses a sweep whose jobs are
+    # still in Slurm's queue: launchers/sweep.py)
+    while time.time() < deadline:
+        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
+                               text=True).stdout.strip()  # fmt: skip
+        if state not in ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING"):
+            break
+        time.sleep(0.3)
     again = run_cli(args, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     summary = summary_of(sweep / "0")

@@ -121,6 +121,9 @@ def walk_away(slurm_cluster, module_tmp: Callable[[str], Path]) -> dict:
         assert login.returncode == 0, login.stderr[-3000:]
         seen["submitted"] = json.loads((sweep / "submitted.json").read_text())
         seen["queued"] = _states(sweep)
+        command = ["-m", *TINY, after, "seed=1,2,3", "launcher.array_parallelism=1"]
+        seen["again"] = run_cli([*command, f"hydra.sweep.dir={sweep}"], cwd=root)  # jobs wait
+        seen["submitted_after_again"] = json.loads((sweep / "submitted.json").read_text())
         seen["status_cli"] = _status(str(sweep))
         arrays = seen["submitted"]["submissions"][-1]["arrays"]
         seen["throttle"] = processes.run(["scontrol", "show", "job", arrays[0]], timeout=30).stdout
@@ -181,6 +184,17 @@ def test_wait_false_submits_records_and_returns_while_the_jobs_wait(walk_away: d
     assert shown.returncode == 0, shown.stderr
     assert "Dependency" in shown.stdout  # Slurm's reason, from squeue
     assert "3 point(s): 3 pending" in shown.stdout
+
+
+def test_the_same_command_while_its_jobs_wait_is_refused_and_submits_nothing(
+    walk_away: dict,
+) -> None:
+    again = walk_away["again"]
+    assert again.returncode == 2, again.stderr[-2000:]
+    (line,) = again.stderr.strip().splitlines()
+    assert "has Slurm jobs still queued or running" in line, line
+    assert f"experiments-status --cancel {walk_away['sweep']}" in line
+    assert walk_away["submitted_after_again"] == walk_away["submitted"]  # nothing new queued
 
 
 def test_status_follows_the_points_to_completed_and_the_report_counts_the_rest(

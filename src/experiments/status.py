@@ -36,6 +36,21 @@ QUEUED = ("running", "starting")  # states whose Slurm job squeue is asked about
 FINAL = ("completed", "failed", "pruned")  # a point in one of these has nothing to cancel
 SUBMITTED = "submitted.json"  # (launchers/slurm_jobs.py writes it; light to import here)
 CANCELLED = "cancelled.json"
+# Slurm job states of a job still in the queue (squeue -t's names, lower case).
+ACTIVE = (
+    "pending",
+    "running",
+    "configuring",
+    "completing",
+    "suspended",
+    "requeued",
+    "requeue_hold",
+    "requeue_fed",
+    "resizing",
+    "signaling",
+    "stage_out",
+    "stopped",
+)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -99,7 +114,7 @@ def _ask_squeue(job_ids: list[str]) -> dict[str, tuple[str, str]]:
     found = {}
     for line in done.stdout.splitlines():
         parts = line.strip().split("|")
-        if len(parts) == 3:
+        if len(parts) == 3 and parts[1].lower() in ACTIVE:  # (-j may list ended jobs too)
             found[parts[0]] = (parts[1].lower(), parts[2])
     return found
 

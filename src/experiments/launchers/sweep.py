@@ -22,6 +22,34 @@ def before_submission(config: DictConfig) -> None:
         from experiments.launchers import slurm
 
         slurm.prepare_submission(launcher)
+        refuse_while_its_jobs_wait(Path(str(config.hydra.sweep.dir)))
+
+
+def refuse_while_its_jobs_wait(sweep_dir: Path) -> None:
+    """A sweep whose earlier submission still has jobs in Slurm's queue (a launcher.wait=false
+    login that left, or a blocking one stopped with Ctrl-C) is not submitted again: its
+    points would get a second job each, two jobs training one run directory."""
+    from experiments import status
+    from experiments.run.lock import RunDirRefused
+
+    jobs = [str(point.get("job_id")) for point in status.submitted(sweep_dir).values()]
+    if not jobs:
+        return
+    try:
+        queue = status._ask_squeue(jobs)
+    except status.SlurmNotAnswering:
+        return  # sbatch answered; whether the jobs still wait cannot be told here
+    live = [job for job in jobs if job in queue]
+    if live:
+        refused = RunDirRefused("hydra.sweep.dir", str(sweep_dir), "in use")
+        Exception.__init__(
+            refused,
+            f"sweep {sweep_dir} has Slurm jobs still queued or running ({' '.join(live)}): "
+            f"follow them with experiments-status {sweep_dir}, or cancel them with "
+            f"experiments-status --cancel {sweep_dir}; once they have ended, the same command "
+            "continues the sweep",
+        )
+        raise refused
 
 
 def plan_launch(config: DictConfig, plans: list[Any]) -> None:
