@@ -204,7 +204,7 @@ def checkpoint_or_export(plan: Any, run_dir: Path, chosen: Path | None) -> tuple
     from experiments.run.exported import is_exported
 
     if chosen is not None and is_exported(chosen):
-        from experiments.gan.export import load_exported
+        from experiments.gan.exported_generator import load_exported
 
         model, iteration, _ = load_exported(plan, chosen)
         return chosen, model, iteration
