@@ -199,3 +199,19 @@ def test_readme_slurm_examples_pass_their_dry_run_as_written(tmp_path: Path) -> 
         assert result.returncode == 0, (shlex.join(args), result.stderr[-2000:])
         assert "#SBATCH --nodes=" in result.stdout
     assert _written(tmp_path) == []
+
+
+def test_a_slurm_script_imports_its_code_snapshot_unless_snapshot_is_off(tmp_path: Path) -> None:
+    """The sbatch script the dry run shows puts the submission's code copy first on
+    PYTHONPATH (launchers/snapshot.py); launcher.snapshot=false leaves the installed code."""
+    shown = {}
+    for snapshot in ("true", "false"):
+        args = ["launcher=slurm", f"launcher.snapshot={snapshot}", "dry_run=true"]
+        result = run_cli_in_process([*args, f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-2000:]
+        shown[snapshot] = result.stdout
+    copy = tmp_path / "sweep" / ".snapshot" / "SUBMISSION-TIME-PID"
+    assert f"export EXPERIMENTS_SNAPSHOT={copy}" in shown["true"]
+    assert f"export PYTHONPATH={copy / 'site'}" in shown["true"]
+    assert "EXPERIMENTS_SNAPSHOT" not in shown["false"] and "#SBATCH" in shown["false"]
+    assert not (tmp_path / "sweep").exists()  # a dry run writes nothing
