@@ -44,6 +44,17 @@ FAST = [
     "data.val_size=64",
     "model.time_steps=2",
 ]
+# A sweep point that is mostly its start-up: one optimizer step an epoch on 8x8 synthetic
+# images, T=1, no tracker (sweep and Slurm tests whose points only need to run).
+TINY_POINT = [
+    "data=synthetic",
+    "data.train_size=16",
+    "data.val_size=16",
+    "data.image_size=8",
+    "model.time_steps=1",
+    "trainer.batch_size=16",
+    "logger=none",
+]
 # pytest-timeout is 600 s a test (pyproject); one command of a test stays well below it.
 DEFAULT_TIMEOUT = 300
 MAX_TIMEOUT = 500

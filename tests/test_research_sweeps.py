@@ -19,20 +19,18 @@ from optuna.trial import TrialState
 from experiments.errors import ConfigError
 from experiments.sweepers import pruning
 
-from .conftest import MAX_TIMEOUT, plan_for, read_jsonl, run_cli, run_cli_in_process
+from .conftest import (
+    MAX_TIMEOUT,
+    TINY_POINT,
+    plan_for,
+    read_jsonl,
+    run_cli,
+    run_cli_in_process,
+)
 
 pytestmark = pytest.mark.slow
 
-# One optimizer step an epoch on 8x8 synthetic images, T=1: a point is mostly its start-up.
-TINY = [
-    "data=synthetic",
-    "data.train_size=16",
-    "data.val_size=16",
-    "data.image_size=8",
-    "model.time_steps=1",
-    "trainer.batch_size=16",
-    "logger=none",
-]
+TINY = TINY_POINT
 SLURM = ["launcher=slurm", "launcher.mem_gb=4", "launcher.cpus_per_task=1"]
 
 

@@ -21,20 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import BIN, SLURM_MAX_ARRAY_SIZE, cli_env, run_cli
+from .conftest import BIN, SLURM_MAX_ARRAY_SIZE, TINY_POINT, cli_env, run_cli
 from .support import processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 TINY = [
-    "data=synthetic",
-    "data.train_size=16",
-    "data.val_size=16",
-    "data.image_size=8",
-    "model.time_steps=1",
-    "trainer.batch_size=16",
+    *TINY_POINT,
     "trainer.max_steps=1",
-    "logger=none",
     "launcher=slurm",
     "launcher.mem_gb=2",
     "launcher.cpus_per_task=1",

@@ -261,11 +261,7 @@ class ExperimentsCallback(Callback):
         os.environ.setdefault(COMMAND_ENV, user_command())
         points = sweep_points(config)
         if points is None:  # e.g. Optuna: it picks points while it runs
-            try:
-                launchers.refuse_search_without_waiting(config)
-            except ConfigError as error:
-                print(f"error: {error}", file=sys.stderr)
-                sys.exit(ConfigError.exit_code)
+            launchers.refuse_search_without_waiting(config)  # (one line, exit 2: the decorator)
         if not config.dry_run:
             launchers.before_sweep_submission(config)  # Slurm: no sbatch is one line, no file
         if points is None:

@@ -34,7 +34,7 @@ from experiments.run.record import read_records
 COLUMNS = ("point", "state", "progress", "last loss", "objective", "note")
 QUEUED = ("running", "starting")  # states whose Slurm job squeue is asked about
 FINAL = ("completed", "failed", "pruned")  # a point in one of these has nothing to cancel
-SUBMITTED = "submitted.json"  # (launchers/slurm_jobs.py writes it; light to import here)
+SUBMITTED = "submitted.json"  # written at submission by launchers/slurm_jobs.py
 CANCELLED = "cancelled.json"
 # Slurm job states of a job still in the queue (squeue -t's names, lower case).
 ACTIVE = (
@@ -67,13 +67,13 @@ def submitted(path: Path) -> dict[str, dict[str, Any]]:
     return points if isinstance(points, dict) else {}
 
 
-def point_dirs(path: Path) -> list[Path]:
+def point_dirs(path: Path, points: dict[str, dict[str, Any]] | None = None) -> list[Path]:
     """The run directories under `path`: itself for one run, else its numbered points (those
-    submitted whose job has not made its directory yet included)."""
+    submitted whose job has not made its directory yet included; `points`: `submitted`)."""
     if (path / "summary.json").exists():
         return [path]
     names = {p.name for p in path.iterdir() if p.is_dir() and p.name.isdigit()}
-    names |= {name for name in submitted(path) if name.isdigit()}
+    names |= {name for name in (submitted(path) if points is None else points) if name.isdigit()}
     return [path / name for name in sorted(names, key=int)]
 
 
@@ -94,7 +94,7 @@ class SlurmNotAnswering(Exception):
     pass
 
 
-def _ask_squeue(job_ids: list[str]) -> dict[str, tuple[str, str]]:
+def ask_squeue(job_ids: list[str]) -> dict[str, tuple[str, str]]:
     """Slurm's state and reason of each of these jobs still in its queue (array tasks one by
     one: -r), or SlurmNotAnswering with what was said."""
     if shutil.which("squeue") is None:
@@ -119,6 +119,12 @@ def _ask_squeue(job_ids: list[str]) -> dict[str, tuple[str, str]]:
     return found
 
 
+def live_jobs(jobs: list[str]) -> list[str]:
+    """Those of `jobs` still queued or running (SlurmNotAnswering where squeue does not say)."""
+    queue = ask_squeue(jobs) if jobs else {}
+    return [job for job in jobs if job in queue]
+
+
 def _sacct(job_ids: list[str]) -> dict[str, str]:
     """Slurm accounting's state of jobs no longer in the queue ({} without accounting)."""
     if not job_ids or shutil.which("sacct") is None:
@@ -140,12 +146,13 @@ def _sacct(job_ids: list[str]) -> dict[str, str]:
     return found
 
 
-def job_of(run_dir: Path, summary: dict[str, Any]) -> str:
-    """The point's Slurm job: the one its record names, else the one it was submitted as."""
+def job_of(run_dir: Path, summary: dict[str, Any], points: dict[str, dict[str, Any]]) -> str:
+    """The point's Slurm job: the one its record names, else the one it was submitted as
+    (`points`: the sweep's `submitted`, read once per table)."""
     job = (summary.get("slurm") or {}).get("job_id")
     if job and (summary.get("slurm") or {}).get("array_job_id"):
         job = f"{summary['slurm']['array_job_id']}_{summary['slurm']['array_task_id']}"
-    return str(job or submitted(run_dir.parent).get(run_dir.name, {}).get("job_id") or "")
+    return str(job or points.get(run_dir.name, {}).get("job_id") or "")
 
 
 def point_row(
@@ -154,12 +161,13 @@ def point_row(
     queue: dict[str, tuple[str, str]],
     accounted: dict[str, str] | None = None,
     cancelled: dict[str, Any] | None = None,
+    points: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, str]:
     """One point's row from its records (`read_records`), Slurm's queue and accounting, and
     what experiments-status --cancel cancelled."""
     summary = found["summary"] or {}
     state = summary.get("status", "unreadable" if found["problems"] else "starting")
-    job = job_of(run_dir, summary)
+    job = job_of(run_dir, summary, points or {})
     if not run_dir.exists():
         state = "queued"  # submitted, its job not started (squeue says more below)
     if any(problem.startswith("written by") for problem in found["problems"]):
@@ -212,12 +220,14 @@ def _records(run_dir: Path) -> dict[str, Any]:
     return read_records(run_dir)
 
 
-def unfinished_jobs(path: Path, records: dict[Path, dict[str, Any]]) -> list[str]:
+def unfinished_jobs(
+    records: dict[Path, dict[str, Any]], points: dict[str, dict[str, Any]]
+) -> list[str]:
     """The Slurm jobs of points not final yet (submitted, starting, running, interrupted)."""
     jobs = []
     for run_dir, found in records.items():
         summary = found["summary"] or {}
-        job = job_of(run_dir, summary)
+        job = job_of(run_dir, summary, points)
         if job and summary.get("status") not in FINAL:
             jobs.append(job)
     return jobs
@@ -226,20 +236,22 @@ def unfinished_jobs(path: Path, records: dict[Path, dict[str, Any]]) -> list[str
 def table(path: Path, problems: list[str] | None = None) -> str:
     """The table; where squeue was needed (points whose Slurm jobs are not finished) and did
     not answer, the states are the run directories' own and the reason goes to `problems`."""
-    records = {run_dir: _records(run_dir) for run_dir in point_dirs(path)}
-    jobs = unfinished_jobs(path, records)
+    points = submitted(path)
+    records = {run_dir: _records(run_dir) for run_dir in point_dirs(path, points)}
+    jobs = unfinished_jobs(records, points)
     queue: dict[str, tuple[str, str]] = {}
     if jobs:  # one squeue call for the whole table
         try:
-            queue = _ask_squeue(jobs)
+            queue = ask_squeue(jobs)
         except SlurmNotAnswering as error:
             if problems is not None:
                 problems.append(str(error))
-    unstarted = [job_of(d, {}) for d in records if not d.exists()]
+    unstarted = [job_of(d, {}, points) for d in records if not d.exists()]
     accounted = _sacct([job for job in unstarted if job and job not in queue])
     cancelled = _read_json(path / CANCELLED)
     rows = [
-        point_row(run_dir, found, queue, accounted, cancelled) for run_dir, found in records.items()
+        point_row(run_dir, found, queue, accounted, cancelled, points)
+        for run_dir, found in records.items()
     ]
     widths = {c: max([len(c), *(len(r[c]) for r in rows)]) for c in COLUMNS[:-1]}
     lines = ["  ".join(c.ljust(widths.get(c, 0)) for c in COLUMNS).rstrip()]
@@ -257,10 +269,9 @@ def table(path: Path, problems: list[str] | None = None) -> str:
 def cancel(path: Path) -> str:
     """scancel the jobs of the points still queued or running, and record it (cancelled.json).
     SlurmNotAnswering when squeue or scancel do not answer: nothing is recorded then."""
-    records = {run_dir: _records(run_dir) for run_dir in point_dirs(path)}
-    jobs = unfinished_jobs(path, records)
-    queue = _ask_squeue(jobs) if jobs else {}
-    live = [job for job in jobs if job in queue]
+    points = submitted(path)
+    records = {run_dir: _records(run_dir) for run_dir in point_dirs(path, points)}
+    live = live_jobs(unfinished_jobs(records, points))
     if not live:
         return f"nothing to cancel in {path}: no point's Slurm job is queued or running"
     if shutil.which("scancel") is None:
@@ -273,17 +284,17 @@ def cancel(path: Path) -> str:
         said = done.stderr.strip().splitlines()
         raise SlurmNotAnswering("scancel: " + (said[-1] if said else f"exit {done.returncode}"))
     record = _read_json(path / CANCELLED)
-    points = [d.name for d in records if job_of(d, records[d]["summary"] or {}) in live]
+    stopped = [d.name for d in records if job_of(d, records[d]["summary"] or {}, points) in live]
     record = {
         "at": time.strftime("%Y-%m-%d %H:%M:%S"),
         "jobs": sorted({*record.get("jobs", []), *live}),
-        "points": sorted({*record.get("points", []), *points}, key=int),
+        "points": sorted({*record.get("points", []), *stopped}, key=int),
     }
     from experiments.run.record import write_json_atomic
 
     write_json_atomic(path / CANCELLED, record)
     return (
-        f"cancelled {len(live)} Slurm job(s) ({' '.join(live)}) of point(s) {', '.join(points)}; "
+        f"cancelled {len(live)} Slurm job(s) ({' '.join(live)}) of point(s) {', '.join(stopped)}; "
         f"recorded in {path / CANCELLED}. Running points get SIGTERM (a checkpoint, then "
         "`interrupted`); the same sweep command continues them later."
     )

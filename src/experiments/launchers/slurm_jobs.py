@@ -134,9 +134,6 @@ def submit(
     return jobs
 
 
-SUBMITTED = "submitted.json"
-
-
 def record_submission(
     sweep_dir: Path,
     config: DictConfig,
@@ -150,6 +147,7 @@ def record_submission(
     batch, and a continued sweep again: each submission adds its points (a point submitted
     again keeps its newest job)."""
     from experiments.run.record import user_command
+    from experiments.status import SUBMITTED
 
     path = sweep_dir / SUBMITTED
     try:

@@ -33,13 +33,10 @@ def refuse_while_its_jobs_wait(sweep_dir: Path) -> None:
     from experiments.run.lock import RunDirRefused
 
     jobs = [str(point.get("job_id")) for point in status.submitted(sweep_dir).values()]
-    if not jobs:
-        return
     try:
-        queue = status._ask_squeue(jobs)
+        live = status.live_jobs(jobs)
     except status.SlurmNotAnswering:
         return  # sbatch answered; whether the jobs still wait cannot be told here
-    live = [job for job in jobs if job in queue]
     if live:
         refused = RunDirRefused("hydra.sweep.dir", str(sweep_dir), "in use")
         Exception.__init__(
@@ -85,7 +82,7 @@ def how_to_follow(sweep_dir: Path) -> str:
     """What the login of a launcher.wait=false submission prints before it exits."""
     import json
 
-    from experiments.launchers.slurm_jobs import SUBMITTED
+    from experiments.status import SUBMITTED
 
     record = json.loads((sweep_dir / SUBMITTED).read_text())
     arrays = record["submissions"][-1]["arrays"]

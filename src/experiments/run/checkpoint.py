@@ -83,7 +83,7 @@ def load(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Load one shard of one checkpoint; raises on anything that is not a good checkpoint.
     `layout`: recipe fields the checkpoint may differ in (a data-parallel reshard, whose
-    global batch the caller checks: run/reshard.py)."""
+    global batch the caller checks: snn/reshard.py)."""
     meta = read_meta(path)
     check_recipe(path, meta, recipe, layout)
     state = torch.load(path / shard, map_location="cpu", weights_only=True)
@@ -114,7 +114,6 @@ def load_agreed(
     shard: str,
     recipe: dict[str, Any],
     all_ranks_ok: Callable[[bool], bool],
-    layout: tuple[str, ...] = (),
     loader: Callable[[Path], tuple[dict[str, Any], dict[str, Any]]] | None = None,
 ) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
     """The newest candidate that loads on every rank. A checkpoint that fails to load on any
@@ -124,7 +123,7 @@ def load_agreed(
     failures = []
     for path in candidates:
         try:
-            state, meta = (loader or (lambda p: load(p, shard, recipe, layout)))(path)
+            state, meta = (loader or (lambda p: load(p, shard, recipe)))(path)
             error = None
         except CheckpointError:
             raise  # a different config: the same answer on every rank

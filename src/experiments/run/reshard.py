@@ -8,7 +8,6 @@ naming why (`refuse`), before anything is launched.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,7 @@ def resharded(extensions: list[str]) -> list[str]:
 def newest_meta(run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
     for path in checkpoint.complete_checkpoints(run_dir / "checkpoints"):
         try:
-            return path, json.loads((path / checkpoint.META).read_text(encoding="utf-8"))
+            return path, checkpoint.read_meta(path)
         except (OSError, ValueError):
             continue
     return None

@@ -14,7 +14,6 @@ has already rewritten, agrees.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +49,7 @@ def check(
     if resume not in (None, "auto") and engine == "cpu":
         path = Path(str(resume))
         try:
-            named = path, json.loads((path / checkpoint.META).read_text(encoding="utf-8"))
+            named = path, checkpoint.read_meta(path)
         except (OSError, ValueError):
             named = None  # the engine says what is wrong with it, as before
     if not resharded(extensions) and named is None:
