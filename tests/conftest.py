@@ -352,6 +352,54 @@ def start_now_when_pending(job: str, proc: subprocess.Popen, deadline: float) ->
         time.sleep(0.3)
 
 
+def where_the_job_stands(job: str, sweep: Path, login: Path | None = None) -> str:
+    """Slurm's view of a job that did not end in time, for a failure message: scontrol's
+    (state, reason, restarts, begin time), sacct's row of every attempt, slurmctld's lines on
+    it, the tail of each task's submitit log and of the login's stderr, and the processes
+    still running (a rank of the previous attempt left behind would show here)."""
+    lines = [f"job {job} did not end in time"]
+    commands = {
+        "scontrol show job": ["scontrol", "show", "job", job],
+        "sacct (every attempt)": [
+            "sacct",
+            "-n",
+            "-P",
+            "-D",
+            "-j",
+            job,
+            "-o",
+            "JobID,State,ExitCode,Start,End,NodeList,Reason",
+        ],
+        "ranks still running": ["pgrep", "-af", "submitit.core._submit"],
+    }
+    for title, command in commands.items():
+        shown = processes.run(command, timeout=30)
+        lines += [f"--- {title}:", (shown.stdout + shown.stderr).strip()]
+    controller = slurm_state_dir() / "log" / "slurmctld.log"
+    if controller.exists():
+        mine = [line for line in controller.read_text().splitlines() if f"JobId={job} " in line]
+        lines += ["--- slurmctld.log:", *mine[-30:]]
+    for path in sorted(sweep.glob(".submitit/*/*_log.*")):
+        lines.append(f"--- {path.name}: " + " | ".join(path.read_text().splitlines()[-8:]))
+    if login is not None and login.exists():
+        lines += ["--- login stderr:", login.read_text()[-2000:]]
+    return "\n".join(lines)
+
+
+def wait_for_job(
+    proc: subprocess.Popen, timeout: float, job: str, sweep: Path, login: Path | None = None
+) -> int:
+    """The login's exit code; a login still waiting after `timeout` is killed and the test
+    fails with where its job stands (where_the_job_stands), not a bare TimeoutExpired."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        account = where_the_job_stands(job, sweep, login)
+        proc.kill()
+        processes.run(["scancel", job], timeout=30)
+        raise AssertionError(account) from None
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

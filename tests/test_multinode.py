@@ -30,6 +30,7 @@ from .conftest import (
     read_jsonl,
     run_cli,
     start_now_when_pending,
+    wait_for_job,
 )
 from .support import processes
 from .test_gan import TINY as GAN_TINY
@@ -163,16 +164,6 @@ def placements(run_dir: Path) -> list[dict]:
     return sorted(summary(run_dir)["ranks"], key=lambda r: r["rank"])
 
 
-def _where_the_job_stands(job: str, sweep: Path) -> str:
-    """Slurm's view of a job that did not end in time (state, reason, restarts, begin time)
-    and the tail of each task's submitit log, for a failure message."""
-    shown = processes.run(["scontrol", "show", "job", job], timeout=30).stdout
-    lines = [f"job {job} did not end in time; scontrol show job:", shown.strip()]
-    for path in sorted(sweep.glob(".submitit/*/*_log.*")):
-        lines.append(f"--- {path.name}: " + " | ".join(path.read_text().splitlines()[-8:]))
-    return "\n".join(lines)
-
-
 def wait_for_steps(steps: Path, count: int, proc: subprocess.Popen, log: Path) -> None:
     deadline = time.time() + 240
     while not (steps.exists() and len(steps.read_text().splitlines()) >= count):
@@ -249,11 +240,7 @@ def test_requeue_of_a_two_node_job_stops_all_ranks_and_resumes_the_trajectory(
     requeue = processes.run(["scontrol", "requeue", job], timeout=30)
     assert requeue.returncode == 0, requeue.stderr
     start_now_when_pending(job, proc, time.time() + 120)
-    try:
-        proc.wait(timeout=300)
-    except subprocess.TimeoutExpired:  # seen once under load (#27): say where the job stood
-        raise AssertionError(_where_the_job_stands(job, sweep)) from None
-    assert proc.returncode == 0, log.read_text()[-3000:]
+    assert wait_for_job(proc, 300, job, sweep, log) == 0, log.read_text()[-3000:]
     record = summary(run_dir)
     assert (record["status"], record["resumes"], record["slurm"]["restart_count"]) == (
         "completed",
@@ -311,7 +298,7 @@ def test_time_limit_checkpoints_requeues_and_ends_interrupted_after_the_last_req
     wait_for_steps(run_dir / "steps.jsonl", 1, proc, log)
     job = summary(run_dir)["slurm"]["job_id"]
     start_now_when_pending(job, proc, time.time() + 200)
-    proc.wait(timeout=400)
+    wait_for_job(proc, 400, job, sweep, log)
     out = (tmp_path / "login.stdout").read_text()
     assert proc.returncode == 1, log.read_text()[-3000:]
     record = summary(run_dir)

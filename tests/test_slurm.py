@@ -17,6 +17,7 @@ from .conftest import (
     run_cli,
     start_now_when_pending,
     unreadable_imagefolder,
+    wait_for_job,
 )
 from .support import processes
 
@@ -151,8 +152,7 @@ def test_requeue_mid_training_resumes_and_loses_no_step(slurm_cluster, tmp_path:
     requeue = processes.run(["scontrol", "requeue", job], timeout=30)
     assert requeue.returncode == 0, requeue.stderr
     start_now_when_pending(job, proc, time.time() + 120)  # not the test cluster's 20 s BeginTime
-    proc.wait(timeout=300)
-    assert proc.returncode == 0, log.read_text()[-3000:]
+    assert wait_for_job(proc, 300, job, sweep, log) == 0, log.read_text()[-3000:]
     record = summary(sweep / "0")
     assert (record["status"], record["metrics"]["steps"], record["resumes"]) == ("completed", 24, 1)
     assert record["slurm"]["restart_count"] == 1

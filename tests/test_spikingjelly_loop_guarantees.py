@@ -26,6 +26,7 @@ from .conftest import (
     run_cli,
     run_tool,
     start_now_when_pending,
+    wait_for_job,
 )
 from .support import processes
 from .test_spikingjelly_loop import python_path
@@ -234,8 +235,7 @@ def test_requeue_stops_at_the_signal_step_and_resumes_on_the_same_trajectory(
     requeue = processes.run(["scontrol", "requeue", job], timeout=30)
     assert requeue.returncode == 0, requeue.stderr
     start_now_when_pending(job, proc, time.time() + 120)  # not the test cluster's 20 s BeginTime
-    proc.wait(timeout=300)
-    assert proc.returncode == 0, log.read_text()[-3000:]
+    assert wait_for_job(proc, 300, job, sweep, log) == 0, log.read_text()[-3000:]
     record = summary(sweep / "0")
     assert (record["status"], record["metrics"]["steps"], record["resumes"]) == ("completed", 40, 1)
     assert record["engine"] == "spikingjelly" and record["slurm"]["restart_count"] == 1
