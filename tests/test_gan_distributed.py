@@ -25,7 +25,16 @@ import torch
 from experiments.errors import ConfigError
 from experiments.gan import ddp as gan_ddp
 
-from .conftest import CLI, REPO, cli_env, plan_for, read_jsonl, run_cli, start_now_when_pending
+from .conftest import (
+    CLI,
+    REPO,
+    cli_env,
+    plan_for,
+    read_jsonl,
+    run_cli,
+    start_now_when_pending,
+    wait_for_job,
+)
 from .recorded_data import read_indices
 from .support import processes
 
@@ -133,6 +142,20 @@ def test_static_ddp_is_refused_for_a_dynamic_architecture() -> None:
     assert error.value.key == "model.ddp" and "dynamic" in str(error.value)
 
 
+def test_a_global_batch_derives_the_per_rank_batch_and_must_divide() -> None:
+    """trainer.global_batch_size means for a GAN what it means for an SNN run: the images of
+    one update, whatever the world size (MMGen's samples_per_gpu derived from it)."""
+    plan = plan_for(["model=dcgan", *TWO_RANKS, "trainer.global_batch_size=32"])
+    assert (plan.recipe.batch_size, plan.global_batch) == (16, 32)
+    assert plan.mmgen_config.data.samples_per_gpu == 16
+    assert "16 per rank, 32 global" in plan.as_text()
+    assert plan_for(["model=dcgan", "trainer.global_batch_size=32"]).recipe.batch_size == 32
+    with pytest.raises(ConfigError) as error:
+        plan_for(["model=dcgan", *TWO_RANKS, "trainer.global_batch_size=15"])
+    assert (error.value.key, error.value.value) == ("trainer.global_batch_size", 15)
+    assert "a multiple of the 2 data-parallel ranks (e.g. 14 or 16)" in str(error.value)
+
+
 # ---------------------------------------------------------------- real runs
 
 
@@ -210,7 +233,8 @@ def test_sigusr2_checkpoints_the_current_iteration_and_the_rerun_resumes_there(
     """submitit's SIGUSR2 (the time limit's warning) mid-training, sent to a local run: the
     same stop as SIGTERM (README: "On SIGTERM/SIGUSR2"), whose own test is the Slurm requeue
     below (scontrol requeue sends SIGTERM). The checkpoint interval is longer than the run, so
-    before this change the rerun started over."""
+    before this change the rerun started over. The rerun is also the resume under another
+    world size (single -> DDP x2, the global batch kept)."""
     run_dir = tmp_path / "run"
     iters = 40
     args = [*TINY, f"model.iters={iters}", "model.checkpoint_interval=1000"]
@@ -239,11 +263,26 @@ def test_sigusr2_checkpoints_the_current_iteration_and_the_rerun_resumes_there(
     said = f"stopping at iteration {stopped} on signal SIGUSR2; checkpoint saved"
     assert said in (run_dir / "train.log").read_text()
 
-    result = _run(args, run_dir)  # the same command again (resume=auto)
+    # Resumed under another world size (#28): two ranks, refused while the global batch
+    # would double (nothing written), then at the recorded 16 images an iteration.
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in run_dir.rglob("*"))
+    refused = _run([*args, *TWO_RANKS], run_dir)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    said = refused.stderr.strip().splitlines()
+    assert len(said) == 1 and "model.batch_size" in said[0] and "a global batch of 16" in said[0]
+    assert "keep it with model.batch_size=8 or trainer.global_batch_size=16" in said[0]
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in run_dir.rglob("*")) == before
+
+    result = _run([*args, *TWO_RANKS, "trainer.global_batch_size=16"], run_dir)
     assert result.returncode == 0, result.stderr[-4000:]
     summary = _summary(run_dir)
     assert (summary["status"], summary["start"]) == ("completed", "auto_resume")
+    assert (summary["world_size"], summary["batch"]) == (2, {"per_rank": 8, "global": 16})
+    assert {"topology.name: single -> ddp", "launcher.name: local -> torchrun"} <= set(
+        summary["extensions"]
+    )
     assert summary["start_checkpoint"] == str(_checkpoints(run_dir) / f"iter_{stopped}.pth")
+    assert summary["metrics"]["replica_max_diff"] == 0.0
     assert _steps(run_dir) == list(range(1, iters + 1))  # nothing lost, nothing twice
     logs = sorted(run_dir.glob("*.log.json"))
     resumed = [r["iter"] for r in read_jsonl(logs[-1]) if r.get("mode") == "train"]
@@ -284,7 +323,7 @@ def test_slurm_requeue_resumes_a_two_task_gan_job_at_the_stopped_iteration(
     requeue = processes.run(["scontrol", "requeue", job], timeout=30)
     assert requeue.returncode == 0, requeue.stderr
     start_now_when_pending(job, proc, time.time() + 120)  # not the test cluster's 20 s BeginTime
-    assert proc.wait(timeout=400) == 0, login.read_text()[-3000:]
+    assert wait_for_job(proc, 400, job, sweep, login) == 0, login.read_text()[-3000:]
 
     said = [
         line

@@ -7,6 +7,7 @@ process, queue slot or file exists.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,16 +130,9 @@ def plan_run(
 ) -> GANPlan:
     """The family's planner (experiments/families.py): the keys every family shares are
     already checked."""
-    from experiments.run import reshard
-
-    reshard.refuse(
-        "MMGen's train_model",
-        extensions,
-        "our GAN engine resumes iter_N.pth with the data position and samples per GPU it "
-        "recorded; another world size is not handled yet",
-    )
     plan = build_gan_plan(values, run_dir, overrides, choices)
     plan.extensions = extensions
+    check_reshard(plan, extensions, bool(values["trainer"].get("allow_global_batch_change")))
     _check_pruned_trial(cfg, plan.recipe)
     return plan
 
@@ -194,6 +188,7 @@ def build_gan_plan(
         topology, module.world_size(launcher), Capabilities((1,), 1, "channels"), model_name, 1
     )
     device = "cuda" if module.has_cuda(launcher) else "cpu"
+    recipe = _per_rank_batch(recipe, values["trainer"], dims.data_parallel_size)
 
     configs_root(model_name)  # MMGen is installed, else the message says how to install it
     mmgen_compat.import_mmgen()
@@ -257,6 +252,57 @@ def _checkpoints(values: dict[str, Any]) -> tuple[str | None, str | None, str | 
             "whole training state, load_from only weights; set one of them",
         )
     return resume, found["resume_from"], found["load_from"]
+
+
+def _per_rank_batch(recipe: GANRecipe, trainer: dict[str, Any], data_parallel: int) -> GANRecipe:
+    """`trainer.global_batch_size` (as for SNN runs): the same images per iteration whatever
+    the world size, model.batch_size per rank derived from it. MMGen's train_model has no
+    gradient accumulation, so it must divide by the data-parallel size."""
+    wanted = trainer.get("global_batch_size")
+    if wanted is None:
+        return recipe
+    wanted = check.integer(wanted, "trainer.global_batch_size", minimum=1)
+    if wanted % data_parallel:
+        below = wanted - wanted % data_parallel
+        raise ConfigError(
+            "trainer.global_batch_size",
+            wanted,
+            f"a multiple of the {data_parallel} data-parallel ranks (e.g. "
+            f"{below or data_parallel} or {below + data_parallel}): MMGen's train_model has "
+            "no gradient accumulation, every rank takes model.batch_size images an iteration",
+        )
+    return dataclasses.replace(recipe, batch_size=wanted // data_parallel)
+
+
+def check_reshard(plan: GANPlan, extensions: list[str], allow_batch_change: bool) -> None:
+    """Another world size (or launcher) on a recorded run: MMGen's iter_N.pth holds the
+    unwrapped generator, discriminator and both optimizers, the same whatever DDP ran, so it
+    resumes under any world size. What must not move silently is the global batch (the
+    images each iteration's update sees): refused with the override that keeps it."""
+    from experiments.gan.checkpoints import latest_checkpoint
+    from experiments.run.record import read_summary
+    from experiments.run.reshard import resharded
+
+    if not resharded(extensions) or allow_batch_change:
+        return
+    checkpoint = latest_checkpoint(plan.run_dir)
+    recorded = (read_summary(plan.run_dir) or {}).get("batch") or {}
+    old, new = recorded.get("global"), plan.global_batch
+    if checkpoint is None or not isinstance(old, int) or old == new:
+        return  # nothing to resume (it starts over), or the same global batch
+    ranks = plan.dims.data_parallel_size
+    keeps = [f"trainer.global_batch_size={old}"]
+    if old % ranks == 0:
+        keeps.insert(0, f"model.batch_size={old // ranks}")
+    raise ConfigError(
+        "model.batch_size",
+        plan.recipe.batch_size,
+        f"a global batch of {old}: {checkpoint} trained at {old} images an iteration "
+        f"({recorded.get('per_rank')} per rank), and {ranks} rank(s) x "
+        f"{plan.recipe.batch_size} would continue at {new}; keep it with "
+        f"{' or '.join(keeps)}, or set trainer.allow_global_batch_change=true to change it "
+        "on purpose",
+    )
 
 
 def _check_trainer(trainer: dict[str, Any]) -> None:

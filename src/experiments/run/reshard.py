@@ -2,8 +2,8 @@
 
 recorded_config.py lets `topology.*` and `launcher.*` changes through under resume=auto (with
 the batch keys that keep the global batch) as an extension; the family then decides, from
-its checkpoint, whether it can resume under the new topology (snn/reshard.py), or refuses it
-naming why (`refuse`), before anything is launched.
+its checkpoint, whether it can resume under the new topology (snn/reshard.py, gan/plan.py's
+check_reshard), or refuses it naming why (`refuse`), before anything is launched.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ PREFIXES = ("topology.", "launcher.")
 # Changed along with a topology to keep (or, explicitly, change) the global batch.
 BATCH_KEYS = (
     "trainer.batch_size",
+    "model.batch_size",  # a GAN's per-rank batch
     "trainer.global_batch_size",
     "trainer.allow_global_batch_change",
 )
