@@ -264,12 +264,13 @@ def _per_rank_batch(recipe: GANRecipe, trainer: dict[str, Any], data_parallel: i
     wanted = check.integer(wanted, "trainer.global_batch_size", minimum=1)
     if wanted % data_parallel:
         below = wanted - wanted % data_parallel
+        near = " or ".join(str(n) for n in sorted({below or data_parallel, below + data_parallel}))
         raise ConfigError(
             "trainer.global_batch_size",
             wanted,
-            f"a multiple of the {data_parallel} data-parallel ranks (e.g. "
-            f"{below or data_parallel} or {below + data_parallel}): MMGen's train_model has "
-            "no gradient accumulation, every rank takes model.batch_size images an iteration",
+            f"a multiple of the {data_parallel} data-parallel ranks (e.g. {near}): MMGen's "
+            "train_model has no gradient accumulation, every rank takes model.batch_size "
+            "images an iteration",
         )
     return dataclasses.replace(recipe, batch_size=wanted // data_parallel)
 
@@ -281,27 +282,31 @@ def check_reshard(plan: GANPlan, extensions: list[str], allow_batch_change: bool
     images each iteration's update sees): refused with the override that keeps it."""
     from experiments.gan.checkpoints import latest_checkpoint
     from experiments.run.record import read_summary
-    from experiments.run.reshard import resharded
+    from experiments.run.reshard import global_batch_refused, resharded
 
     if not resharded(extensions) or allow_batch_change:
         return
-    checkpoint = latest_checkpoint(plan.run_dir)
     recorded = (read_summary(plan.run_dir) or {}).get("batch") or {}
-    old, new = recorded.get("global"), plan.global_batch
-    if checkpoint is None or not isinstance(old, int) or old == new:
-        return  # nothing to resume (it starts over), or the same global batch
+    old, per_rank, new = recorded.get("global"), recorded.get("per_rank"), plan.global_batch
+    if not isinstance(old, int) or not isinstance(per_rank, int) or old == new:
+        return  # the same global batch (or no record of one)
+    # Only now the checkpoints (each is read whole to skip torn ones): none, and it starts over.
+    checkpoint = latest_checkpoint(plan.run_dir)
+    if checkpoint is None:
+        return
     ranks = plan.dims.data_parallel_size
     keeps = [f"trainer.global_batch_size={old}"]
     if old % ranks == 0:
         keeps.insert(0, f"model.batch_size={old // ranks}")
-    raise ConfigError(
+    raise global_batch_refused(
         "model.batch_size",
         plan.recipe.batch_size,
-        f"a global batch of {old}: {checkpoint} trained at {old} images an iteration "
-        f"({recorded.get('per_rank')} per rank), and {ranks} rank(s) x "
-        f"{plan.recipe.batch_size} would continue at {new}; keep it with "
-        f"{' or '.join(keeps)}, or set trainer.allow_global_batch_change=true to change it "
-        "on purpose",
+        checkpoint,
+        old,
+        f"{old // per_rank} rank(s) x {per_rank}",
+        f"{ranks} rank(s) x {plan.recipe.batch_size}",
+        new,
+        keeps,
     )
 
 

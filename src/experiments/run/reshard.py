@@ -55,3 +55,18 @@ def refuse(family: str, extensions: list[str], why: str) -> None:
             f"that wrote the run ({why}); keep the recorded topology, or use another "
             "hydra.run.dir",
         )
+
+
+def global_batch_refused(
+    key: str, value: Any, path: Path, old: int, trained: str, continued: str, new: int,
+    keeps: list[str],
+) -> ConfigError:  # fmt: skip
+    """A resume under another topology that would move the global batch (every family):
+    the numbers both ways and the overrides that keep it."""
+    return ConfigError(
+        key,
+        value,
+        f"a global batch of {old}: {path} trained at {old} ({trained}), and {continued} would "
+        f"continue at {new}; keep it with {' or '.join(keeps)}, or set "
+        "trainer.allow_global_batch_change=true to change it on purpose",
+    )

@@ -19,7 +19,7 @@ from typing import Any
 
 from experiments.errors import ConfigError
 from experiments.run import checkpoint
-from experiments.run.reshard import newest_meta, refuse, resharded
+from experiments.run.reshard import global_batch_refused, newest_meta, refuse, resharded
 
 # TrainingConfig fields a checkpoint may differ in after a data-parallel reshard.
 RECIPE_FIELDS = ("data_parallel", "batch_size", "pipeline_microbatches")
@@ -84,11 +84,13 @@ def check(
         keeps = [f"trainer.global_batch_size={old}"]
         if old % new_dp == 0:
             keeps.append(f"trainer.batch_size={old // new_dp}")
-        raise ConfigError(
+        raise global_batch_refused(
             "trainer.batch_size",
             batch_size,
-            f"a global batch of {old}: {path} trained at {old} ({old_dp} data-parallel "
-            f"rank(s) x {old // old_dp}), and dp={new_dp} x {batch_size} would continue at "
-            f"{new}; keep it with {' or '.join(keeps)}, or set "
-            "trainer.allow_global_batch_change=true to change it on purpose",
+            path,
+            old,
+            f"{old_dp} data-parallel rank(s) x {old // old_dp}",
+            f"dp={new_dp} x {batch_size}",
+            new,
+            keeps,
         )
