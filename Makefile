@@ -16,8 +16,9 @@ setup-loggers: setup
 	.venv/bin/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['loggers'], sep='\n')" \
 		| xargs -d '\n' .venv/bin/python -m pip install --quiet
 
+# The main job is the named recipe conf/experiment/digits_sew_resnet18.yaml; ARGS add overrides.
 train: setup
-	.venv/bin/experiments-train $(ARGS)
+	.venv/bin/experiments-train experiment=digits_sew_resnet18 $(ARGS)
 
 # Two pytest-xdist workers, a file at a time, the longest files first (tests/conftest.py).
 XDIST = -n 2 --dist loadfile --no-loadscope-reorder
