@@ -46,6 +46,7 @@ from experiments.snn.engines.cpu_parallel import (
     pipeline_schedules,
     wrap_data_parallel,
 )
+from experiments.snn.engines.data_position import batches_from
 from experiments.snn.engines.profiling import StepProfiler, summary_metrics
 from experiments.snn.plan import CHECKPOINT_DIRNAME, SNNPlan
 
@@ -418,9 +419,9 @@ class _Trainer:
             bar.set_description(f"epoch {epoch + 1}/{config.epochs}")
             epoch_loss, epoch_steps = 0.0, 0
             epoch_images, epoch_seconds = timed_images, train_seconds
-            for index, (images, targets) in enumerate(self.train_loader):
-                if index < batch_in_epoch:
-                    continue  # resume mid-epoch: same sampler order, skip what was trained
+            # resumed mid-epoch: the sampler's order past what was trained, nothing loaded twice
+            batches = batches_from(self.train_loader, batch_in_epoch)
+            for index, (images, targets) in enumerate(batches, start=batch_in_epoch):
                 started = time.perf_counter()
                 loss = self._step(images, targets)
                 train_seconds += time.perf_counter() - started
