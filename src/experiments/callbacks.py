@@ -328,6 +328,10 @@ class ExperimentsCallback(Callback):
                 _print(plan.as_text())
             sys.exit(0)
         _hold_sweep(config)
+        from experiments.run.summary import record_extensions
+
+        for plan in plans:  # a point's job plans against its rewritten config: record it here
+            record_extensions(plan)
         _prepare_loggers(config)
 
     @_refuse_on_failure

@@ -25,9 +25,16 @@ from experiments.sweepers.search_config import check_direction, search_pruner
 
 
 def build_plan(
-    cfg: DictConfig, run_dir: Path | str, overrides: list[str], choices: dict[str, str]
+    cfg: DictConfig,
+    run_dir: Path | str,
+    overrides: list[str],
+    choices: dict[str, str],
+    check_record: bool = True,
 ) -> Any:
-    """The family's plan (snn.plan.SNNPlan, gan.plan.GANPlan, ...): checked, not launched."""
+    """The family's plan (snn.plan.SNNPlan, gan.plan.GANPlan, ...): checked, not launched.
+    `check_record=False` skips the comparison with the run directory's recorded config: a
+    sweep point's process, where Hydra has already rewritten that record with the point's
+    own config (the sweep's login compared them before the first point started)."""
     cfg = _placeholder_root_for_dry_run(cfg)
     values = _resolve(cfg)
     run_dir = Path(run_dir)
@@ -35,7 +42,7 @@ def build_plan(
     loggers.validate(values.get("logger"))
     check.integer(values["seed"], "seed", minimum=0)
     check.choice(values["dry_run"], "dry_run", (False, True, "json"))
-    extensions = check_against_record(cfg, run_dir, values.get("resume"))
+    extensions = check_against_record(cfg, run_dir, values.get("resume")) if check_record else []
     family = families.for_model(values["model"])
     plan = family.plan(cfg, values, run_dir, overrides, choices, extensions)
     check_direction(cfg, family.objective, family.higher_is_better)

@@ -30,12 +30,11 @@ from experiments.run.record import (
     NoSpaceError,
     RunRecorder,
     no_space,
-    read_summary,
-    write_json_atomic,
 )
 from experiments.run.summary import (
     finish_failed,
     finish_no_space,
+    record_extensions,
     record_failure,
     start_summary,
     write_plan,
@@ -60,6 +59,7 @@ def app(cfg: DictConfig) -> float | None:
     sweep_login = hydra_cfg.mode == RunMode.MULTIRUN and not (
         distributed_env.is_worker() or distributed_env.in_slurm_job()
     )
+    running = False
     try:
         # One writer per run directory (run/lock.py): a single run took it before Hydra made
         # the directory (callbacks.on_run_start); a local sweep's login holds its point's for
@@ -70,12 +70,19 @@ def app(cfg: DictConfig) -> float | None:
         lock.check_readable(Path(hydra_cfg.runtime.output_dir))  # a newer version's: refused
         plan = callbacks.planned  # a single run was planned before Hydra made its directory
         if plan is None or plan.run_dir != Path(hydra_cfg.runtime.output_dir):
-            plan = build_plan(  # a sweep point (or a plan for another directory)
+            # A sweep point. Its login checked it against the directory's record and recorded
+            # its extensions (callbacks.on_multirun_start); Hydra has since rewritten
+            # .hydra/config.yaml with this point's config, and in a multi-task Slurm job every
+            # task rewrites it at once: read here, it could be half-written (a requeued 2-task
+            # GAN job's rank 0 read it empty, failed, and left rank 1 in the rendezvous).
+            plan = build_plan(
                 cfg,
                 hydra_cfg.runtime.output_dir,
                 list(hydra_cfg.overrides.task),
                 dict(hydra_cfg.runtime.choices),
+                check_record=hydra_cfg.mode != RunMode.MULTIRUN,
             )
+        running = True  # from here on, run() records a rank's failure itself
         value = run(
             plan,
             cwd=hydra_cfg.runtime.cwd,
@@ -101,12 +108,19 @@ def app(cfg: DictConfig) -> float | None:
             if isinstance(error, ConfigError):  # a single run's config was checked earlier
                 print_config_error(error)
             raise
+        run_dir = Path(hydra_cfg.runtime.output_dir)
+        if not running and failures.attempt() is not None:
+            # A rank of a Slurm job failed before its run started (its peers may be waiting
+            # for it in the rendezvous): their watchdogs read this and stop them at once.
+            rank = distributed_env.rank()
+            text = f"{type(error).__name__}: {error}"
+            failures.write(run_dir, rank, text, launchers.rank_logs(run_dir, rank))
         if distributed_env.rank() != 0:
             raise  # a rank of a multi-rank Slurm job: its task fails; rank 0 records the run
         # A sweep goes on past a failed point: it is recorded in its run directory (and the
         # report), the sweeper gets NaN (Optuna marks the trial failed), and the sweep's exit
         # status is decided when all points are done (callbacks.on_multirun_end).
-        record_failure(Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task), error)
+        record_failure(run_dir, list(hydra_cfg.overrides.task), error)
         # launcher=slurm runs a plain command as a one-point sweep: to its user, one run.
         where = f"sweep point {hydra_cfg.job.num}" if callbacks.asked_for_sweep() else "run"
         log.error("%s failed: %s", where, error)
@@ -135,14 +149,7 @@ def run(
     logger: Any = None,
     config: Any = None,
 ) -> float | None:
-    previous = read_summary(plan.run_dir)
-    if previous and plan.extensions:
-        # Recorded before any process starts, so torchrun ranks and Slurm tasks (whose own
-        # plans see the already rewritten config) carry it on, and the run is no longer done.
-        previous["extensions"] = [*previous.get("extensions", []), *plan.extensions]
-        previous["status"] = "running"
-        write_json_atomic(plan.run_dir / "summary.json", previous)
-        print(f"Extending {plan.run_dir}: {'; '.join(plan.extensions)}")
+    previous = record_extensions(plan)  # before any process starts: the run is no longer done
     if previous and previous.get("status") == "completed" and plan.resume == "auto":
         value = previous["metrics"].get(plan.objective)
         shown = f"{value:.4f}" if isinstance(value, float) else str(value)

@@ -9,6 +9,10 @@ EXPERIMENTS_TEST_FAIL_RANK=R: the torch.distributed rank R (RANK in its environm
 RuntimeError("injected failure on rank R") instead of joining the process group, while its
 peers wait there for it: one rank of a job that dies before its peers can notice.
 
+EXPERIMENTS_TEST_FAIL_PLAN_RANK=R: in a Slurm task (submitit's) of rank R, planning the run
+(experiments.plan.build_plan) raises RuntimeError("injected planning failure on rank R"): a
+rank that fails before its run starts, while its peers go on to the rendezvous.
+
 EXPERIMENTS_TEST_HIDE_MODULES=a,b: those top-level packages cannot be found or imported, as on
 a machine where they are not installed.
 
@@ -237,3 +241,28 @@ def _step_sleep(seconds: float) -> None:
 
 if _STEP_SLEEP:
     _step_sleep(float(_STEP_SLEEP))
+
+
+_FAIL_PLAN_RANK = os.environ.get("EXPERIMENTS_TEST_FAIL_PLAN_RANK")
+
+
+def _fail_plan_rank(rank: str) -> None:
+    import functools
+
+    from experiments import plan
+
+    original = plan.build_plan
+
+    @functools.wraps(original)
+    def build_plan(*args, **kwargs):
+        raise RuntimeError(f"injected planning failure on rank {rank}")
+
+    plan.build_plan = build_plan
+
+
+if (
+    _FAIL_PLAN_RANK
+    and os.environ.get("SUBMITIT_EXECUTOR") == "slurm"
+    and os.environ.get("SLURM_PROCID") == _FAIL_PLAN_RANK
+):
+    _fail_plan_rank(_FAIL_PLAN_RANK)
