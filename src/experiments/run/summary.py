@@ -29,17 +29,14 @@ def record_extensions(plan: Any) -> dict[str, Any] | None:
     (`plan.extensions`: a raised budget, another topology) recorded first, and the run no
     longer done. Written by the process that checked the launch, before any rank or job
     starts: a torchrun rank or a Slurm job plans against the config Hydra has already
-    rewritten and sees no change, so it carries the record on. Each extension is recorded
-    once (a point planned at the login and again in its job adds nothing the second time)."""
+    rewritten (and a sweep point's job does not compare it at all), so it carries the record
+    on."""
     previous = read_summary(plan.run_dir)
-    if not (previous and plan.extensions):
-        return previous
-    new = [e for e in plan.extensions if e not in previous.get("extensions", [])]
-    if new:
-        previous["extensions"] = [*previous.get("extensions", []), *new]
+    if previous and plan.extensions:
+        previous["extensions"] = [*previous.get("extensions", []), *plan.extensions]
         previous["status"] = "running"
         write_json_atomic(plan.run_dir / "summary.json", previous)
-        print(f"Extending {plan.run_dir}: {'; '.join(new)}")
+        print(f"Extending {plan.run_dir}: {'; '.join(plan.extensions)}")
     return previous
 
 
