@@ -13,15 +13,18 @@ reshuffle and the epoch boundary), a checkpoint every 2 steps.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 
-from .conftest import REPO, read_jsonl, run_cli
+from .conftest import CLI, REPO, cli_env, read_jsonl, run_cli
+from .support import processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.dist]
 
@@ -240,3 +243,91 @@ def test_a_killed_rank_restarts_and_resumes_from_the_librarys_checkpoint(
         read_jsonl(reference / "metrics.jsonl")[-1]["val_loss"], rel=1e-6
     )
     figures(resumed_from=resumed, wall_s=summary["wall_time_s"])
+
+
+# --- the same loop through Slurm ------------------------------------------------------------
+
+SLURM = ["launcher=slurm", "launcher.mem_gb=2", "launcher.cpus_per_task=1"]
+SWEPT = ("ddp", "fsdp2", "channel_tp", "pp")  # points 0-3 of one array, two tasks each
+
+
+def compared_with_torchrun(point: Path, reference: Path) -> float:
+    """The Slurm point's steps and epochs against the torchrun run of the same config: the
+    largest relative difference (the assertions are in the loop)."""
+    worst = 0.0
+    theirs, mine = read_jsonl(reference / "steps.jsonl"), read_jsonl(point / "steps.jsonl")
+    assert [s["step"] for s in mine] == [s["step"] for s in theirs]
+    for a, b in zip(mine, theirs, strict=True):
+        worst = max(worst, abs(a["loss"] - b["loss"]) / abs(b["loss"]))
+        assert a["loss"] == pytest.approx(b["loss"], rel=REL), (point, a["step"])
+    for a, b in zip(read_jsonl(point / "metrics.jsonl"), read_jsonl(reference / "metrics.jsonl"),
+                    strict=True):  # fmt: skip
+        for key in ("train_loss", "val_loss", "val_accuracy"):
+            assert a[key] == pytest.approx(b[key], rel=REL), (point, a["epoch"], key)
+    return worst
+
+
+@pytest.mark.slurm
+def test_spikingjellys_loop_through_slurm_follows_its_torchrun_runs(
+    slurm_cluster, runs: Runs, tmp_path: Path, figures
+) -> None:
+    """Every topology's Slurm job on SpikingJelly's loop: one `-m` array of ddp, fsdp2,
+    channel_tp and pp (two tasks each) and, at the same time, fsdp2 x channel_tp over two
+    Slurm nodes (dp=2 across, tp=2 within). Each point's steps, epochs and summary equal the
+    torchrun run of the same config above (rank i is Slurm task i, nothing else differs), and
+    the sweep report reads the library loop's points as it reads our engine's."""
+    env = cli_env({"PYTHONPATH": python_path()})
+    sweep, pair = tmp_path / "sweep", tmp_path / "fsdp2_tp"
+    logs = tmp_path / "sweep.log", tmp_path / "fsdp2_tp.log"
+    commands = (
+        [CLI, "-m", *BASE, *SLURM, "trainer.engine=spikingjelly", "launcher.tasks_per_node=2",
+         f"topology={','.join(SWEPT)}", "topology.pipeline_microbatches=1",
+         f"hydra.sweep.dir={sweep}"],
+        [CLI, *BASE, *SLURM, "trainer.engine=spikingjelly", "launcher.nodes=2",
+         "launcher.tasks_per_node=2", "topology=fsdp2", "topology.tensor_parallel_size=2",
+         f"hydra.sweep.dir={pair}"],
+    )  # fmt: skip
+    logins = []
+    for command, log in zip(commands, logs, strict=True):
+        with open(log, "w") as stderr:
+            logins.append(processes.spawn(command, cwd=tmp_path, env=env, stderr=stderr))
+    for login, log in zip(logins, logs, strict=True):
+        try:
+            code = login.wait(timeout=400)
+        except subprocess.TimeoutExpired:
+            login.kill()
+            raise AssertionError(log.read_text()[-3000:]) from None
+        assert code == 0, log.read_text()[-3000:]
+
+    worst = 0.0
+    points = {topology: sweep / str(i) for i, topology in enumerate(SWEPT)}
+    points["fsdp2_tp"] = pair / "0"
+    for topology, point in points.items():
+        record = json.loads((point / "summary.json").read_text())
+        reference = runs.summary("spikingjelly", topology)
+        assert record["status"] == "completed", (topology, record.get("error"))
+        assert (record["engine"], record["device"], record["backend"]) == (
+            "spikingjelly", "cpu", "gloo",
+        )  # fmt: skip
+        assert (record["world_size"], record["mesh"]["shape"]) == (
+            reference["world_size"], reference["mesh"]["shape"],
+        )  # fmt: skip
+        assert record["slurm"]["job_id"] and [r["rank"] for r in record["ranks"]] == list(
+            range(record["world_size"])
+        )
+        worst = max(worst, compared_with_torchrun(point, runs.get("spikingjelly", topology)))
+    nodes = {r["node"] for r in json.loads((pair / "0" / "summary.json").read_text())["ranks"]}
+    assert len(nodes) == 2, nodes  # the fsdp2 x tp job really spans two Slurm nodes
+
+    with open(sweep / "report.csv", newline="") as handle:
+        table = list(csv.DictReader(handle))
+    assert [(row["point"], row["topology"], row["status"]) for row in table] == [
+        (str(i), topology, "completed") for i, topology in enumerate(SWEPT)
+    ]
+    for row in table:
+        record = json.loads((sweep / row["point"] / "summary.json").read_text())
+        assert float(row["val_accuracy"]) == pytest.approx(record["metrics"]["val_accuracy"])
+    markdown = (sweep / "report.md").read_text()
+    assert "4 completed" in markdown and "(learning_curves.png)" in markdown
+    assert (sweep / "learning_curves.png").stat().st_size > 10_000
+    figures(max_rel_diff_from_torchrun=f"{worst:.2e}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import shutil
 import time
 from pathlib import Path
@@ -202,13 +203,15 @@ def test_requeue_stops_at_the_signal_step_and_resumes_on_the_same_trajectory(
     """`scontrol requeue` sends SIGTERM to the job's task. The step hook agrees on it, the
     library's own checkpoint is written for the step the signal came in (checkpoint_interval
     is far away: any checkpoint there is the signal's), the loop breaks, the run is recorded
-    `interrupted` and the requeued job resumes from it: each step once, on the uninterrupted
-    run's losses."""
+    `interrupted` and the requeued job resumes from it. Then the time limit's signal: SIGUSR2
+    (what submitit asks Slurm for `launcher.signal_delay_s` before the limit) to the resumed
+    job's task: the same stop at the signal's step, and submitit's own handler requeues the
+    job. Both stops lose nothing: each step once, on the uninterrupted run's losses."""
     args = [
         *[a for a in SINGLE if not a.startswith(("trainer.checkpoint_interval", "data.train"))],
         "data.train_size=1024",
         "trainer.epochs=1",
-        "trainer.max_steps=40",
+        "trainer.max_steps=48",
         "trainer.checkpoint_interval=1000",
     ]
     reference = tmp_path / "reference"
@@ -235,14 +238,30 @@ def test_requeue_stops_at_the_signal_step_and_resumes_on_the_same_trajectory(
     requeue = processes.run(["scontrol", "requeue", job], timeout=30)
     assert requeue.returncode == 0, requeue.stderr
     start_now_when_pending(job, proc, time.time() + 120)  # not the test cluster's 20 s BeginTime
+    rank_log = sweep / "0" / "train_rank0.log"
+    deadline = time.time() + 240
+    while trained_since_stop(rank_log, steps) < 4:  # resumed, and 4 steps on
+        assert time.time() < deadline and proc.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.2)
+    usr2 = processes.run(["scancel", "--signal=USR2", job], timeout=30)
+    assert usr2.returncode == 0, usr2.stderr
+    start_now_when_pending(job, proc, time.time() + 120)
     assert wait_for_job(proc, 300, job, sweep, log) == 0, log.read_text()[-3000:]
     record = summary(sweep / "0")
-    assert (record["status"], record["metrics"]["steps"], record["resumes"]) == ("completed", 40, 1)
-    assert record["engine"] == "spikingjelly" and record["slurm"]["restart_count"] == 1
-    stopped_at = int(Path(record["resumed_from"]).name.removeprefix("step_"))
-    assert 8 <= stopped_at < 40  # the signal's step, not a checkpoint_interval multiple
-    assert f"stopping at step {stopped_at}" in (sweep / "0" / "train_rank0.log").read_text()
+    assert (record["status"], record["metrics"]["steps"], record["resumes"]) == ("completed", 48, 2)
+    assert record["engine"] == "spikingjelly" and record["slurm"]["restart_count"] == 2
+    said = re.findall(r"stopping at step (\d+) on signal (\d+)", rank_log.read_text())
+    assert [signum for _, signum in said] == ["15", "12"], said  # SIGTERM, then SIGUSR2
+    stops = [int(step) for step, _ in said]
+    assert 8 <= stops[0] < stops[1] < 48  # the signals' steps, not checkpoint_interval multiples
+    assert Path(record["resumed_from"]).name == f"step_{stops[1]:08d}"
     losses = [s["loss"] for s in read_jsonl(steps)]
     expected = [s["loss"] for s in read_jsonl(reference / "steps.jsonl")]
     assert losses == pytest.approx(expected, rel=1e-6)
-    figures(stopped_at=stopped_at)
+    figures(stopped_at=stops)
+
+
+def trained_since_stop(rank_log: Path, steps: Path) -> int:
+    """Steps recorded past the first stop (0 before it: a run records each step once)."""
+    stop = re.search(r"stopping at step (\d+)", rank_log.read_text()) if rank_log.exists() else None
+    return len(steps.read_text().splitlines()) - int(stop.group(1)) if stop else 0
