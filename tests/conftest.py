@@ -481,12 +481,12 @@ def pytest_terminal_summary(terminalreporter) -> None:
             terminalreporter.write_line(line)
 
 
-# ---------------------------------------------------------------- two workers (pytest-xdist)
+# ---------------------------------------------------------------- workers (pytest-xdist)
 
-# `make test` runs the suite on two pytest-xdist workers (`-n 2 --dist loadfile`): much of it
-# waits (process start-up, Slurm's scheduler, a rank's collective), so two files at a time use
-# both cores. A file is a unit (its module fixtures are built once); the longest files go
-# first, so the two workers end together instead of one starting a long file last.
+# `make test` runs the suite on three pytest-xdist workers (`-n 3 --dist loadfile`): much of it
+# waits (process start-up, Slurm's scheduler, a rank's collective), so three files at a time
+# keep two cores busy. A file is a unit (its module fixtures are built once); the longest files
+# go first, so the workers end together instead of one starting a long file last.
 LONGEST_FIRST = (
     "test_spikingjelly_loop.py",
     "test_multinode.py",

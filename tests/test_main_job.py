@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, run_cli
+from .conftest import REPO, read_jsonl, run_cli
+from .support import processes
 
 
 def make_train_overrides() -> list[str]:
@@ -22,19 +25,44 @@ def make_train_overrides() -> list[str]:
     return words[1:-1]
 
 
-@pytest.mark.slow
-def test_main_job_reaches_the_accuracy_target(tmp_path: Path, figures) -> None:
-    started = time.perf_counter()
+def head_commit() -> str:
+    """The repository's HEAD: the installed package is this checkout."""
+    proc = processes.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+@dataclass
+class MainJob:
+    run_dir: Path
+    stdout: str
+    stderr: str
+    wall_s: float
+    commits: set[str]
+
+
+@pytest.fixture(scope="module")
+def main_job(module_tmp: Callable[[str], Path]) -> MainJob:
+    """`make train`'s command, run once: the accuracy target and the run-directory contract
+    are both read from it (the suite's longest SNN run is not made twice)."""
+    root = module_tmp("main_job")
     overrides = make_train_overrides()
     assert overrides == ["experiment=digits_sew_resnet18"]  # the main job is its recipe
-    result = run_cli(overrides, cwd=tmp_path, timeout=480)  # the longest run of the suite
+    commit_before = head_commit()  # others may commit while the run trains
+    started = time.perf_counter()
+    result = run_cli(overrides, cwd=root, timeout=480)  # the longest run of the suite
     wall = time.perf_counter() - started
     assert result.returncode == 0, result.stderr[-3000:]
-    (run_dir,) = list((tmp_path / "outputs" / "runs").glob("*/*"))
-    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir,) = list((root / "outputs" / "runs").glob("*/*"))
+    return MainJob(run_dir, result.stdout, result.stderr, wall, {commit_before, head_commit()})
+
+
+@pytest.mark.slow
+def test_main_job_reaches_the_accuracy_target(main_job: MainJob, figures) -> None:
+    summary = json.loads((main_job.run_dir / "summary.json").read_text())
     metrics = summary["metrics"]
     figures(
-        wall_s=round(wall, 1),
+        wall_s=round(main_job.wall_s, 1),
         val_accuracy=round(metrics["val_accuracy"], 4),
         images_per_second=round(metrics["images_per_second"], 1),
         steps=metrics["steps"],
@@ -42,4 +70,53 @@ def test_main_job_reaches_the_accuracy_target(tmp_path: Path, figures) -> None:
     assert summary["model"] == "sew_resnet18" and summary["data"] == "digits"
     # measured: 0.9583 at 1 and 2 threads, 0.951-0.990 over seeds 1-4 (README)
     assert metrics["val_accuracy"] >= 0.90
-    assert str(run_dir) in result.stdout
+    assert str(main_job.run_dir) in main_job.stdout
+
+
+@pytest.mark.slow
+def test_the_main_job_writes_the_run_directory_contract(main_job: MainJob) -> None:
+    """What every run leaves, read on the main job's directory: the final report, the
+    progress bar, Hydra's record, per-epoch metrics, the summary (command, versions, the
+    commit that ran, the seed), the checkpoints and TensorBoard's events."""
+    run_dir = main_job.run_dir
+    final = json.loads((run_dir / "summary.json").read_text())["metrics"]
+    assert f"val_accuracy  {final['val_accuracy']:.4f}" in main_job.stdout
+    assert f"images/s      {final['images_per_second']:.1f}" in main_job.stdout
+    assert "step/s" in main_job.stderr or "s/step" in main_job.stderr  # tqdm, on stderr
+
+    hydra_dir = run_dir / ".hydra"
+    assert {"config.yaml", "overrides.yaml", "hydra.yaml"} <= {p.name for p in hydra_dir.iterdir()}
+    assert "experiment=digits_sew_resnet18" in (hydra_dir / "overrides.yaml").read_text()
+
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert [m["epoch"] for m in metrics] == [1, 2, 3, 4]
+    for record in metrics:
+        assert {"step", "epoch", "train_loss", "val_loss", "val_accuracy", "images_per_second",
+                "peak_memory_mb"} <= set(record)  # fmt: skip
+    assert metrics[-1]["train_loss"] < metrics[0]["train_loss"]  # it learns
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed"
+    assert (summary["model"], summary["topology"], summary["launcher"]) == (
+        "sew_resnet18",
+        "single",
+        "local",
+    )
+    assert (summary["world_size"], summary["engine"], summary["backend"]) == (1, "cpu", "gloo")
+    assert summary["mesh"]["shape"] == [1, 1, 1]
+    assert summary["metrics"]["steps"] == 180
+    assert summary["metrics"]["val_accuracy"] == pytest.approx(metrics[-1]["val_accuracy"])
+    assert summary["metrics"]["val_loss"] == pytest.approx(metrics[-1]["val_loss"])
+    for key in ("train_loss", "images_per_second"):
+        assert summary["metrics"][key] > 0
+    assert summary["command"] == "experiments-train experiment=digits_sew_resnet18"
+    assert {"torch", "spikingjelly", "hydra-core", "experiments"} <= set(summary["versions"])
+    # The commit of the code that ran (a run outside the repo finds it from the package);
+    # "-dirty" when tracked files differ from it.
+    commit, _, dirty = summary["git_commit"].partition("-")
+    assert commit in main_job.commits and dirty in ("", "dirty"), summary["git_commit"]
+    assert summary["seed"] == 1234  # the recipe's
+
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert checkpoints == ["step_00000150", "step_00000180"]  # interval 50, keep 2, the last
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))

@@ -1,4 +1,5 @@
-"""End to end through the installed CLI: the run-directory contract, learning, resume, dry runs."""
+"""End to end through the installed CLI: resume, reruns, dry runs (the run-directory contract
+is read on the main job's run: tests/test_main_job.py)."""
 
 from __future__ import annotations
 
@@ -7,81 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import FAST, REPO, read_jsonl, run_cli
+from .conftest import FAST, read_jsonl, run_cli
 from .support import processes
-
-
-def head_commit() -> str:
-    """The repository's HEAD: the installed package is this checkout (editable, in its .venv)."""
-    proc = processes.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], timeout=30)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip()
-
-
-@pytest.mark.slow
-def test_training_on_digits_writes_the_run_directory_and_learns(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    commit_before = head_commit()  # others may commit while the run trains
-    result = run_cli(
-        ["trainer.epochs=2", "model.time_steps=2", "seed=7", f"hydra.run.dir={run_dir}"],
-        cwd=tmp_path,
-        timeout=480,  # 90 steps on digits: the second longest run of the suite
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    commits = {commit_before, head_commit()}
-
-    # Final report: the figures of summary.json
-    final = json.loads((run_dir / "summary.json").read_text())["metrics"]
-    assert f"val_accuracy  {final['val_accuracy']:.4f}" in result.stdout
-    assert f"images/s      {final['images_per_second']:.1f}" in result.stdout
-    assert str(run_dir) in result.stdout
-    # Progress bar (tqdm, on stderr)
-    assert "step/s" in result.stderr or "s/step" in result.stderr
-
-    hydra_dir = run_dir / ".hydra"
-    assert {"config.yaml", "overrides.yaml", "hydra.yaml"} <= {p.name for p in hydra_dir.iterdir()}
-    assert "seed=7" in (hydra_dir / "overrides.yaml").read_text()
-
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
-    assert [m["epoch"] for m in metrics] == [1, 2]
-    for record in metrics:
-        assert {
-            "step",
-            "epoch",
-            "train_loss",
-            "val_loss",
-            "val_accuracy",
-            "images_per_second",
-            "peak_memory_mb",
-        } <= set(record)
-    assert metrics[1]["train_loss"] < metrics[0]["train_loss"]  # it learns
-    assert metrics[1]["val_accuracy"] > 0.3  # well above chance (0.1) after 90 steps
-
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "completed"
-    assert (summary["model"], summary["topology"], summary["launcher"]) == (
-        "sew_resnet18",
-        "single",
-        "local",
-    )
-    assert (summary["world_size"], summary["engine"], summary["backend"]) == (1, "cpu", "gloo")
-    assert summary["mesh"]["shape"] == [1, 1, 1]
-    assert summary["metrics"]["steps"] == 90
-    assert summary["metrics"]["val_accuracy"] == pytest.approx(metrics[-1]["val_accuracy"])
-    assert summary["metrics"]["val_loss"] == pytest.approx(metrics[-1]["val_loss"])
-    for key in ("train_loss", "images_per_second"):
-        assert summary["metrics"][key] > 0
-    assert summary["command"].startswith("experiments-train trainer.epochs=2")
-    assert {"torch", "spikingjelly", "hydra-core", "experiments"} <= set(summary["versions"])
-    # The commit of the code that ran (a run outside the repo finds it from the package);
-    # "-dirty" when tracked files differ from it.
-    commit, _, dirty = summary["git_commit"].partition("-")
-    assert commit in commits and dirty in ("", "dirty"), (summary["git_commit"], commits)
-    assert summary["seed"] == 7
-
-    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    assert checkpoints == ["step_00000050", "step_00000090"]  # interval 50 + the last step
-    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
 
 
 @pytest.mark.slow
