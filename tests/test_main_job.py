@@ -82,7 +82,8 @@ def test_the_main_job_writes_the_run_directory_contract(main_job: MainJob) -> No
     progress bar, Hydra's record, per-epoch metrics, the summary (command, versions, the
     commit that ran, the seed), the checkpoints and TensorBoard's events."""
     run_dir = main_job.run_dir
-    final = json.loads((run_dir / "summary.json").read_text())["metrics"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    final = summary["metrics"]
     assert f"val_accuracy  {final['val_accuracy']:.4f}" in main_job.stdout
     assert f"images/s      {final['images_per_second']:.1f}" in main_job.stdout
     assert "step/s" in main_job.stderr or "s/step" in main_job.stderr  # tqdm, on stderr
@@ -98,7 +99,6 @@ def test_the_main_job_writes_the_run_directory_contract(main_job: MainJob) -> No
                 "peak_memory_mb"} <= set(record)  # fmt: skip
     assert metrics[-1]["train_loss"] < metrics[0]["train_loss"]  # it learns
 
-    summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed"
     assert (summary["model"], summary["topology"], summary["launcher"]) == (
         "sew_resnet18",

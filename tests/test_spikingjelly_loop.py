@@ -113,6 +113,24 @@ def newest(folder: Path) -> Path:
     return sorted(p for p in folder.iterdir() if p.name.startswith("step_"))[-1]
 
 
+def same_trajectory(run: Path, reference: Path) -> float:
+    """`run` took `reference`'s steps: the same loss at every step and, per epoch, the same
+    train loss, val loss and accuracy (rel REL). Returns the largest relative difference."""
+    worst = 0.0
+    mine, theirs = read_jsonl(run / "steps.jsonl"), read_jsonl(reference / "steps.jsonl")
+    assert [s["step"] for s in mine] == [s["step"] for s in theirs]
+    for a, b in zip(mine, theirs, strict=True):
+        worst = max(worst, abs(a["loss"] - b["loss"]) / abs(b["loss"]))
+        assert a["loss"] == pytest.approx(b["loss"], rel=REL), (run, a["step"])
+    mine, theirs = read_jsonl(run / "metrics.jsonl"), read_jsonl(reference / "metrics.jsonl")
+    assert [(e["epoch"], e["step"]) for e in mine] == [(e["epoch"], e["step"]) for e in theirs]
+    for a, b in zip(mine, theirs, strict=True):
+        for key in ("train_loss", "val_loss", "val_accuracy"):
+            worst = max(worst, abs(a[key] - b[key]) / max(abs(b[key]), 1e-12))
+            assert a[key] == pytest.approx(b[key], rel=REL), (run, a["epoch"], key)
+    return worst
+
+
 @pytest.mark.parametrize("topology", list(TOPOLOGIES))
 def test_spikingjellys_loop_runs_each_topology_on_cpu_ranks(
     runs: Runs, topology: str, figures
@@ -168,21 +186,8 @@ def test_two_engines_one_trajectory(runs: Runs, topology: str, figures) -> None:
     epoch's sample-weighted mean), validation loss and accuracy, and the same parameters at
     the end."""
     library, ours = runs.get("spikingjelly", topology), runs.get("cpu", topology)
-    theirs_steps = [s["loss"] for s in read_jsonl(library / "steps.jsonl")]
-    our_steps = [s["loss"] for s in read_jsonl(ours / "steps.jsonl")]
-    assert len(theirs_steps) == len(our_steps)
-    worst = 0.0
-    for step, (a, b) in enumerate(zip(theirs_steps, our_steps, strict=True), start=1):
-        worst = max(worst, abs(a - b) / abs(b))
-        assert a == pytest.approx(b, rel=REL), f"step {step}"
-    theirs_epochs = read_jsonl(library / "metrics.jsonl")
-    our_epochs = read_jsonl(ours / "metrics.jsonl")
-    assert [e["epoch"] for e in theirs_epochs] == [e["epoch"] for e in our_epochs] == [1, 2]
-    for a, b in zip(theirs_epochs, our_epochs, strict=True):
-        assert a["step"] == b["step"]
-        for key in ("train_loss", "val_loss", "val_accuracy"):
-            worst = max(worst, abs(a[key] - b[key]) / max(abs(b[key]), 1e-12))
-            assert a[key] == pytest.approx(b[key], rel=REL), (a["epoch"], key)
+    assert [e["epoch"] for e in read_jsonl(library / "metrics.jsonl")] == [1, 2]
+    worst = same_trajectory(library, ours)
     # Final parameters: the library's DCP folder vs our .pt shard, per (pp, tp) rank.
     summary = runs.summary("cpu", topology)
     _, pipeline, tensor = summary["mesh"]["shape"]
@@ -251,22 +256,6 @@ SLURM = ["launcher=slurm", "launcher.mem_gb=2", "launcher.cpus_per_task=1"]
 SWEPT = ("ddp", "fsdp2", "channel_tp", "pp")  # points 0-3 of one array, two tasks each
 
 
-def compared_with_torchrun(point: Path, reference: Path) -> float:
-    """The Slurm point's steps and epochs against the torchrun run of the same config: the
-    largest relative difference (the assertions are in the loop)."""
-    worst = 0.0
-    theirs, mine = read_jsonl(reference / "steps.jsonl"), read_jsonl(point / "steps.jsonl")
-    assert [s["step"] for s in mine] == [s["step"] for s in theirs]
-    for a, b in zip(mine, theirs, strict=True):
-        worst = max(worst, abs(a["loss"] - b["loss"]) / abs(b["loss"]))
-        assert a["loss"] == pytest.approx(b["loss"], rel=REL), (point, a["step"])
-    for a, b in zip(read_jsonl(point / "metrics.jsonl"), read_jsonl(reference / "metrics.jsonl"),
-                    strict=True):  # fmt: skip
-        for key in ("train_loss", "val_loss", "val_accuracy"):
-            assert a[key] == pytest.approx(b[key], rel=REL), (point, a["epoch"], key)
-    return worst
-
-
 @pytest.mark.slurm
 def test_spikingjellys_loop_through_slurm_follows_its_torchrun_runs(
     slurm_cluster, runs: Runs, tmp_path: Path, figures
@@ -315,7 +304,7 @@ def test_spikingjellys_loop_through_slurm_follows_its_torchrun_runs(
         assert record["slurm"]["job_id"] and [r["rank"] for r in record["ranks"]] == list(
             range(record["world_size"])
         )
-        worst = max(worst, compared_with_torchrun(point, runs.get("spikingjelly", topology)))
+        worst = max(worst, same_trajectory(point, runs.get("spikingjelly", topology)))
     nodes = {r["node"] for r in json.loads((pair / "0" / "summary.json").read_text())["ranks"]}
     assert len(nodes) == 2, nodes  # the fsdp2 x tp job really spans two Slurm nodes
 
