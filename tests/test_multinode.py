@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from experiments.status import SUBMITTED
+
 from .conftest import (
     CLI,
     REPO,
@@ -159,6 +161,13 @@ def slurm_run(tmp_path: Path, args: list[str], **kwargs) -> tuple[Path, object]:
     sweep = tmp_path / "sweep"
     result = run_cli([*args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, **kwargs)
     return sweep / "0", result
+
+
+def job_end(job: str) -> float:
+    """When Slurm says the job ended (sacct's End, local time, whole seconds)."""
+    shown = processes.run(["sacct", "-n", "-P", "-X", "-j", job, "-o", "End"], timeout=30)
+    (end,) = shown.stdout.split()
+    return time.mktime(time.strptime(end, "%Y-%m-%dT%H:%M:%S"))
 
 
 def placements(run_dir: Path) -> list[dict]:
@@ -429,11 +438,19 @@ def test_a_rank_failing_before_its_run_starts_stops_its_waiting_peer(
         timeout=240,
         env={"PYTHONPATH": on_python_path(SITE), "EXPERIMENTS_TEST_FAIL_PLAN_RANK": "0"},
     )
-    assert time.time() - started < 120, result.stderr[-3000:]
+    returned = time.time()
+    assert returned - started < 120, result.stderr[-3000:]
     assert result.returncode == 1, result.stderr[-3000:]
     record = summary(run_dir)
     assert record["status"] == "failed", record
     assert "injected planning failure on rank 0" in record["error"], record
+    # The login returns within a poll of the job's end (POLL_S, 5 s; sacct's End is whole
+    # seconds), not after submitit's 15 s wait for the result file of rank 1, which its
+    # watchdog stopped before it could write one (measured alone: 16.5 s before, 6.8 s now;
+    # the old wait alone exceeds the bar).
+    submitted = json.loads((run_dir.parent / SUBMITTED).read_text())
+    ended = job_end(submitted["points"]["0"]["job_id"])
+    assert returned - ended < 15, (returned - ended, result.stderr[-3000:])
     (failure,) = [json.loads(p.read_text()) for p in (run_dir / "failures").glob("rank_*.json")]
     assert failure["rank"] == 0 and "injected planning failure" in failure["error"]
     peer = (run_dir / "train_rank1.log").read_text()

@@ -179,10 +179,14 @@ def _wait(job: Any) -> None:
 
 
 def outcome(job: Any, overrides: list[str], run_dir: Path) -> JobReturn:
+    """The point's result is task 0's (rank 0 records the run): reading every task's, as
+    `job.results()` does, waited submitit's 15 s for the result file of each task that died
+    without one (a peer stopped by its watchdog), after the job had already ended."""
     _wait(job)
-    if job.state == "COMPLETED" or job.paths.result_pickle.exists():  # (no sacct: no state)
+    first = job.task(0)
+    if job.state == "COMPLETED" or first.paths.result_pickle.exists():  # (no sacct: no state)
         try:
-            return job.results()[0]
+            return first.result()
         except Exception as error:  # submitit: FailedJobError, UncompletedJobError
             said = str(error)
     else:  # failed, killed, out of time or requeues: no result file to wait for
