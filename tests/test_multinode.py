@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.status import SUBMITTED
+from experiments.status import submitted
 
 from .conftest import (
     CLI,
@@ -448,8 +448,7 @@ def test_a_rank_failing_before_its_run_starts_stops_its_waiting_peer(
     # seconds), not after submitit's 15 s wait for the result file of rank 1, which its
     # watchdog stopped before it could write one (measured alone: 16.5 s before, 6.8 s now;
     # the old wait alone exceeds the bar).
-    submitted = json.loads((run_dir.parent / SUBMITTED).read_text())
-    ended = job_end(submitted["points"]["0"]["job_id"])
+    ended = job_end(submitted(run_dir.parent)[run_dir.name]["job_id"])
     assert returned - ended < 15, (returned - ended, result.stderr[-3000:])
     (failure,) = [json.loads(p.read_text()) for p in (run_dir / "failures").glob("rank_*.json")]
     assert failure["rank"] == 0 and "injected planning failure" in failure["error"]
