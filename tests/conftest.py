@@ -336,6 +336,13 @@ def module_tmp(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixture
 # ---------------------------------------------------------------- Slurm jobs
 
 
+def sacct_field(job: str, field: str) -> list[str]:
+    """One sacct field of a job (-X: the job itself, not its steps), a line per job: one for a
+    plain job, one per task of an array."""
+    shown = processes.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", field], timeout=30)
+    return [line.strip() for line in shown.stdout.splitlines() if line.strip()]
+
+
 def job_state(job: str) -> str:
     """The Slurm job's state as squeue shows it ('' once it left the queue)."""
     out = processes.run(["squeue", "-h", "-j", job, "-o", "%T"], timeout=30).stdout

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from experiments.launchers import slurm_jobs
 from experiments.status import submitted
 
 from .conftest import (
@@ -32,6 +33,7 @@ from .conftest import (
     on_python_path,
     read_jsonl,
     run_cli,
+    sacct_field,
     start_now_when_pending,
     wait_for_job,
 )
@@ -165,9 +167,27 @@ def slurm_run(tmp_path: Path, args: list[str], **kwargs) -> tuple[Path, object]:
 
 def job_end(job: str) -> float:
     """When Slurm says the job ended (sacct's End, local time, whole seconds)."""
-    shown = processes.run(["sacct", "-n", "-P", "-X", "-j", job, "-o", "End"], timeout=30)
-    (end,) = shown.stdout.split()
+    (end,) = sacct_field(job, "End")
     return time.mktime(time.strptime(end, "%Y-%m-%dT%H:%M:%S"))
+
+
+def seconds_to_notice_after_minutes_of_watching(job_id: str, folder: Path) -> float:
+    """How long the login's wait (slurm_jobs._wait) takes to see that an ended two-task job
+    ended, when its watcher has followed the job for two minutes and asked Slurm a second
+    ago: then submitit waits a minute before it asks again. The job is real and has ended;
+    only the watcher's clock is set back (a fresh watcher, this check's own)."""
+    import submitit
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    class Watched(submitit.SlurmJob):
+        watcher = SlurmInfoWatcher(delay_s=600)
+
+    job = Watched(folder=folder / "watched", job_id=job_id, tasks=(0, 1))  # no result files
+    Watched.watcher._start_time = time.time() - 120
+    Watched.watcher._last_status_check = time.time() - 1  # (submitit ignores a force < 1 ms)
+    started = time.time()
+    slurm_jobs._wait(job)
+    return time.time() - started
 
 
 def placements(run_dir: Path) -> list[dict]:
@@ -420,6 +440,12 @@ def test_one_rank_dying_ends_the_two_node_job_with_its_error_and_log(
     said = f"rank 1 on {SLURM_NODES[1]}: RuntimeError: injected failure on rank 1"
     assert f"  error: {said} (log: {rank_log})" in result.stdout
     assert "Traceback" not in result.stderr
+    # The login saw the job's end within a poll of it (slurm_jobs.POLL_S, 5 s), also when it
+    # has watched the job for minutes: submitit's watcher alone would not ask Slurm about a
+    # two-task job for up to a minute.
+    job_id = submitted(run_dir.parent)[run_dir.name]["job_id"]
+    assert ended - job_end(job_id) < 15, (ended - job_end(job_id), result.stderr[-3000:])
+    assert seconds_to_notice_after_minutes_of_watching(job_id, tmp_path) < slurm_jobs.POLL_S
 
 
 @pytest.mark.slurm

@@ -15,6 +15,7 @@ from .conftest import (
     cli_env,
     read_jsonl,
     run_cli,
+    sacct_field,
     start_now_when_pending,
     unreadable_imagefolder,
     wait_for_job,
@@ -38,10 +39,7 @@ def sacct_states(job_id: str) -> set[str]:
     """States sacct reports for a job (an array task's id lists the whole array)."""
     states: set[str] = set()
     for _ in range(20):  # accounting lags the job by about a second
-        out = processes.run(
-            ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"], timeout=30
-        ).stdout
-        states = {line.strip() for line in out.splitlines() if line.strip()}
+        states = set(sacct_field(job_id, "State"))
         if states and not states & {"RUNNING", "PENDING", "COMPLETING"}:
             break
         time.sleep(0.5)

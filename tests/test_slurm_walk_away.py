@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import BIN, SLURM_MAX_ARRAY_SIZE, TINY_POINT, cli_env, run_cli
+from .conftest import BIN, SLURM_MAX_ARRAY_SIZE, TINY_POINT, cli_env, run_cli, sacct_field
 from .support import processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
@@ -252,7 +252,7 @@ def test_cancel_cancels_what_waits_and_records_it(walk_away: dict) -> None:
     record = json.loads((walk_away["cancelled"] / "cancelled.json").read_text())
     assert record["jobs"] == [job] and record["points"] == ["0"]
     assert walk_away["cancelled_states"] == {"0": "cancelled"}
-    out = processes.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State"], timeout=30).stdout
-    assert out.split()[0].startswith("CANCELLED"), out
+    states = sacct_field(job, "State")
+    assert states[0].startswith("CANCELLED"), states
     again = _status("--cancel", str(walk_away["cancelled"]))  # nothing left: says so, exit 0
     assert again.returncode == 0 and "nothing to cancel" in again.stdout

@@ -170,11 +170,20 @@ def record_submission(
     return record
 
 
+def ended(jobs: Sequence[Any]) -> list[bool]:
+    """Whether Slurm says each job ended, from one sacct call made now. submitit's watcher asks
+    Slurm less and less often (after 2, 4, 8, ... s, then once a minute): `done(force_check=
+    True)` forces that call for a one-task job only; a multi-task job asks each of its tasks
+    without forcing, and a job that ran a minute was noticed up to a minute after it ended.
+    Forcing the watcher itself (one sacct call for every job it knows) serves both."""
+    if jobs:
+        jobs[0].watcher.update_if_long_enough("force")  # one watcher per job class
+    return [bool(job.done()) for job in jobs]
+
+
 def _wait(job: Any) -> None:
-    """Until Slurm says the job ended. submitit's own wait asks Slurm less and less often (up
-    to once a minute for a job that ran a few minutes): a job that failed without a result
-    file was noticed up to 90 s after it ended. One sacct call every POLL_S seconds instead."""
-    while not job.done(force_check=True):
+    """Until Slurm says the job ended: one sacct call every POLL_S seconds (see `ended`)."""
+    while not ended([job])[0]:
         time.sleep(POLL_S)
 
 

@@ -147,7 +147,8 @@ class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
         submit(started)
         to_go -= started
         while running:
-            ended = [entry for entry in running if entry[1].done(force_check=True)]
+            done = slurm_jobs.ended([job for _, job, _ in running])
+            ended = [entry for entry, is_done in zip(running, done, strict=True) if is_done]
             if not ended:
                 time.sleep(slurm_jobs.POLL_S)
                 continue
