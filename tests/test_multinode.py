@@ -440,11 +440,11 @@ def test_one_rank_dying_ends_the_two_node_job_with_its_error_and_log(
     said = f"rank 1 on {SLURM_NODES[1]}: RuntimeError: injected failure on rank 1"
     assert f"  error: {said} (log: {rank_log})" in result.stdout
     assert "Traceback" not in result.stderr
-    # The login saw the job's end within a poll of it (slurm_jobs.POLL_S, 5 s), also when it
+    # The login sees the job's end within a poll of it (slurm_jobs.POLL_S, 5 s), also when it
     # has watched the job for minutes: submitit's watcher alone would not ask Slurm about a
-    # two-task job for up to a minute.
+    # two-task job for up to a minute. (Checked on the ended job, not by the login's return,
+    # which on a slow day also holds its own records and plots: 22 s once at 4x slowness.)
     job_id = submitted(run_dir.parent)[run_dir.name]["job_id"]
-    assert ended - job_end(job_id) < 15, (ended - job_end(job_id), result.stderr[-3000:])
     assert seconds_to_notice_after_minutes_of_watching(job_id, tmp_path) < slurm_jobs.POLL_S
 
 
