@@ -494,45 +494,31 @@ def pytest_terminal_summary(terminalreporter) -> None:
 # waits (process start-up, Slurm's scheduler, a rank's collective), so three files at a time
 # keep two cores busy. A file is a unit (its module fixtures are built once); the longest files
 # go first, so the workers end together instead of one starting a long file last.
-# The order is each file's summed test durations in one clean-clone run (2026-12-03, 4900
-# worker-s in all), longest first; a file absent from it runs after these. test_loggers,
-# test_main_job (one 98 s test) and test_bench (one 90 s test) were absent and ran last, and
-# a worker then finished its last file alone on one core.
 LONGEST_FIRST = (
-    "test_topologies.py",  # 657 s
-    "test_multinode.py",  # 625
-    "test_gan.py",  # 473
-    "test_spikingjelly_loop.py",  # 448
-    "test_configs.py",  # 310
-    "test_robustness.py",  # 226
-    "test_research_sweeps.py",  # 202
-    "test_fault_tolerance.py",  # 182
-    "test_slurm.py",  # 151
-    "test_gan_distributed.py",  # 137
-    "test_search.py",  # 133
-    "test_train.py",  # 126
-    "test_spikingjelly_loop_guarantees.py",  # 116
-    "test_gpu_check.py",  # 105
-    "test_loggers.py",  # 103
-    "test_main_job.py",  # 98
-    "test_bench.py",  # 90
-    "test_sweeps.py",  # 89
-    "test_gan_recipes.py",  # 88
-    "test_eval.py",  # 79
-    "test_slurm_usage.py",  # 59
-    "test_classify.py",  # 55
-    "test_gan_sample_eval.py",  # 51
-    "test_cli.py",  # 41
-    "test_sweep_scale.py",  # 41
-    "test_slurm_walk_away.py",  # 40
-    "test_profiling.py",  # 33
-    "test_zoo.py",  # 33
-    "test_dry_run.py",  # 22
-    "test_global_batch.py",  # 22
-    "test_cuda_paths.py",  # 18
-    "test_time_series.py",  # 13
-    "test_validation.py",  # 11
-    "test_refusals.py",  # 10
+    "test_spikingjelly_loop.py",
+    "test_multinode.py",
+    "test_topologies.py",
+    "test_research_sweeps.py",
+    "test_robustness.py",
+    "test_gan.py",
+    "test_gan_distributed.py",
+    "test_sweeps.py",
+    "test_gpu_check.py",
+    "test_gan_recipes.py",
+    "test_gan_sample_eval.py",
+    "test_fault_tolerance.py",
+    "test_spikingjelly_loop_guarantees.py",
+    "test_slurm.py",
+    "test_search.py",
+    "test_refusals.py",
+    "test_train.py",
+    "test_configs.py",
+    "test_eval.py",
+    "test_classify.py",
+    "test_zoo.py",
+    "test_time_series.py",
+    "test_cuda_paths.py",
+    "test_collectives.py",
 )
 
 
