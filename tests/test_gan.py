@@ -286,11 +286,11 @@ def test_swd_is_mmgens_to_the_last_bit_with_its_projections_sorted_by_numpy() ->
     """gan/sliced_wasserstein.py replaces MMGen's sliced_wasserstein inside our processes
     (its torch.sort along dim 0 was 23 of SWD's 26 s at 1024 images): the same draws give the
     library's own value exactly, on descriptors with ties and signed zeros, and SWD uses it."""
-    import mmgen.core.evaluation.metrics as metrics
-
     from experiments.gan import mmgen_compat, sliced_wasserstein
 
-    mmgen_compat.import_mmgen()
+    mmgen_compat.import_mmgen()  # first: mmgen imports only with its ADA stand-in
+    import mmgen.core.evaluation.metrics as metrics
+
     assert metrics.sliced_wasserstein is sliced_wasserstein.sliced_wasserstein
     generator = torch.Generator().manual_seed(3)
     a = torch.randn(4096, 147, generator=generator)
