@@ -213,3 +213,33 @@ def test_cuda_path_dry_run_shows_the_exact_library_config_and_sbatch(tmp_path: P
     ):
         assert line in sbatch
     assert list(tmp_path.iterdir()) == []  # nothing queued, nothing written
+
+
+def test_digits_are_sklearns_to_the_last_value_without_importing_sklearn() -> None:
+    """Every SNN rank builds the digits split; reading sklearn's bundled file directly saves
+    each process scikit-learn's ~2 s import, and must give exactly what `load_digits()` gives."""
+    import subprocess
+    import sys
+
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from experiments.data.digits import DIGITS_TOTAL, load_digits_arrays
+
+    images, targets = load_digits_arrays()
+    reference = load_digits()
+    assert images.shape == (DIGITS_TOTAL, 8, 8) and images.dtype == reference.images.dtype
+    assert np.array_equal(images, reference.images)
+    assert targets.dtype == reference.target.dtype and np.array_equal(targets, reference.target)
+    probe = (
+        "import sys\n"
+        "from experiments.data.digits import build_digits_datasets\n"
+        "train, validation = build_digits_datasets()\n"
+        "assert len(train) + len(validation) == 1797\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'scipy')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"  # neither scikit-learn nor scipy was imported

@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import TensorDataset
 
 DIGITS_TOTAL = 1797
+
+
+def load_digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's `load_digits()` images (N, 8, 8, float64 grey levels 0..16) and targets,
+    read from the same bundled file (sklearn/datasets/data/digits.csv.gz) the way sklearn
+    reads it, without importing scikit-learn: its import costs ~2 s in every rank process
+    (scipy, its array-API layer) and nothing of it is used but this file."""
+    spec = importlib.util.find_spec("sklearn")  # a top-level package: found, not executed
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            "data=digits reads scikit-learn's bundled digits: pip install scikit-learn"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
+    with gzip.open(path, mode="rt", encoding="utf-8") as text:
+        data = np.loadtxt(text, delimiter=",")
+    return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int, copy=False)
 
 
 def _to_rgb_tensor(images: np.ndarray, image_size: int) -> torch.Tensor:
@@ -23,12 +43,10 @@ def build_digits_datasets(
 ) -> tuple[TensorDataset, TensorDataset]:
     """A fixed stratification-free split, seeded separately from training so every run,
     rank and resume sees the same validation images."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    order = np.random.default_rng(split_seed).permutation(len(digits.target))
-    images = _to_rgb_tensor(digits.images[order], image_size)
-    targets = torch.from_numpy(digits.target[order].astype(np.int64))
+    digit_images, digit_targets = load_digits_arrays()
+    order = np.random.default_rng(split_seed).permutation(len(digit_targets))
+    images = _to_rgb_tensor(digit_images[order], image_size)
+    targets = torch.from_numpy(digit_targets[order].astype(np.int64))
     train = TensorDataset(images[val_size:], targets[val_size:])
     validation = TensorDataset(images[:val_size], targets[:val_size])
     return train, validation

@@ -61,12 +61,12 @@ def ensure_digits_pngs(root: Path) -> Path:
         return root
     import numpy as np
     from PIL import Image
-    from sklearn.datasets import load_digits
+
+    from experiments.data.digits import load_digits_arrays
 
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
-    digits = load_digits()
-    for index, (image, label) in enumerate(zip(digits.images, digits.target, strict=True)):
+    for index, (image, label) in enumerate(zip(*load_digits_arrays(), strict=True)):
         folder = tmp / str(label)
         folder.mkdir(exist_ok=True)
         pixels = np.round(image * 255.0 / 16.0).astype(np.uint8)
