@@ -359,12 +359,15 @@ def start_now_when_pending(job: str, proc: subprocess.Popen, deadline: float) ->
         time.sleep(0.3)
 
 
-def where_the_job_stands(job: str, sweep: Path, login: Path | None = None) -> str:
-    """Slurm's view of a job that did not end in time, for a failure message: scontrol's
-    (state, reason, restarts, begin time), sacct's row of every attempt, slurmctld's lines on
-    it, the tail of each task's submitit log and of the login's stderr, and the processes
-    still running (a rank of the previous attempt left behind would show here)."""
-    lines = [f"job {job} did not end in time"]
+def where_the_job_stands(
+    job: str, sweep: Path, login: Path | None = None, headline: str = "did not end in time"
+) -> str:
+    """Slurm's view of a job that did not end as the test expected, for a failure message:
+    scontrol's (state, reason, restarts, begin time), sacct's row of every attempt, slurmctld's
+    lines on it, each point's recorded outcome and the tail of its rank 0 log, the tail of each
+    task's submitit log and of the login's output, and the processes still running (a rank of
+    the previous attempt left behind would show here)."""
+    lines = [f"job {job} {headline}"]
     commands = {
         "scontrol show job": ["scontrol", "show", "job", job],
         "sacct (every attempt)": [
@@ -386,11 +389,34 @@ def where_the_job_stands(job: str, sweep: Path, login: Path | None = None) -> st
     if controller.exists():
         mine = [line for line in controller.read_text().splitlines() if f"JobId={job} " in line]
         lines += ["--- slurmctld.log:", *mine[-30:]]
+    for path in sorted(sweep.glob("[0-9]*/summary.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            lines.append(f"--- point {path.parent.name} summary unreadable: {error}")
+            continue
+        kept = ("status", "error", "interrupted", "resumes", "resumed_from", "slurm")
+        lines.append(f"--- point {path.parent.name}: " + json.dumps(
+            {key: record.get(key) for key in kept}, default=str))  # fmt: skip
+        rank_log = path.parent / "train_rank0.log"
+        if rank_log.exists():
+            lines.append(f"--- point {path.parent.name} train_rank0.log: "
+                         + " | ".join(rank_log.read_text().splitlines()[-12:]))  # fmt: skip
     for path in sorted(sweep.glob(".submitit/*/*_log.*")):
-        lines.append(f"--- {path.name}: " + " | ".join(path.read_text().splitlines()[-8:]))
+        lines.append(f"--- {path.name}: " + " | ".join(path.read_text().splitlines()[-12:]))
     if login is not None and login.exists():
-        lines += ["--- login stderr:", login.read_text()[-2000:]]
+        lines += ["--- login output:", login.read_text()[-2000:]]
     return "\n".join(lines)
+
+
+def login_ended_well(
+    proc: subprocess.Popen, timeout: float, job: str, sweep: Path, login: Path
+) -> None:
+    """The login returned 0 within `timeout`; otherwise the test fails with where the job and
+    its points stand (where_the_job_stands), not with the exit code alone."""
+    code = wait_for_job(proc, timeout, job, sweep, login)
+    if code != 0:
+        raise AssertionError(where_the_job_stands(job, sweep, login, f"login exited {code}"))
 
 
 def wait_for_job(

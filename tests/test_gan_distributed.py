@@ -29,11 +29,11 @@ from .conftest import (
     CLI,
     REPO,
     cli_env,
+    login_ended_well,
     plan_for,
     read_jsonl,
     run_cli,
     start_now_when_pending,
-    wait_for_job,
 )
 from .recorded_data import read_indices
 from .support import processes
@@ -310,11 +310,10 @@ def test_slurm_requeue_resumes_a_two_task_gan_job_at_the_stopped_iteration(
     ]
     sweep = tmp_path / "sweep"
     run_dir = sweep / "0"
-    login = tmp_path / "login.stderr"
-    with open(login, "w") as stderr:  # a file: an unread pipe would fill up and block
-        proc = processes.spawn(
-            [CLI, *args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, env=cli_env(), stderr=stderr
-        )
+    login = tmp_path / "login.log"
+    with open(login, "w") as output:  # a file: an unread pipe would fill up and block
+        proc = processes.spawn([CLI, *args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path,
+                               env=cli_env(), stdout=output, stderr=output)  # fmt: skip
     deadline = time.time() + 300
     while not ((run_dir / "metrics.jsonl").exists() and len(_steps(run_dir)) >= 2):
         assert time.time() < deadline and proc.poll() is None, login.read_text()[-3000:]
@@ -323,7 +322,7 @@ def test_slurm_requeue_resumes_a_two_task_gan_job_at_the_stopped_iteration(
     requeue = processes.run(["scontrol", "requeue", job], timeout=30)
     assert requeue.returncode == 0, requeue.stderr
     start_now_when_pending(job, proc, time.time() + 120)  # not the test cluster's 20 s BeginTime
-    assert wait_for_job(proc, 400, job, sweep, login) == 0, login.read_text()[-3000:]
+    login_ended_well(proc, 400, job, sweep, login)
 
     said = [
         line

@@ -13,12 +13,12 @@ import pytest
 from .conftest import (
     CLI,
     cli_env,
+    login_ended_well,
     read_jsonl,
     run_cli,
     sacct_field,
     start_now_when_pending,
     unreadable_imagefolder,
-    wait_for_job,
 )
 from .support import processes
 
@@ -134,11 +134,10 @@ def test_requeue_mid_training_resumes_and_loses_no_step(slurm_cluster, tmp_path:
     assert local.returncode == 0, local.stderr[-3000:]
 
     sweep = tmp_path / "sweep"
-    log = tmp_path / "login.stderr"
-    with open(log, "w") as stderr:  # a file: an unread pipe would fill up and block
-        proc = processes.spawn(
-            [CLI, *args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, env=cli_env(), stderr=stderr
-        )
+    log = tmp_path / "login.log"
+    with open(log, "w") as output:  # a file: an unread pipe would fill up and block
+        proc = processes.spawn([CLI, *args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path,
+                               env=cli_env(), stdout=output, stderr=output)  # fmt: skip
     steps = sweep / "0" / "steps.jsonl"
     deadline = time.time() + 240
     while not (steps.exists() and len(steps.read_text().splitlines()) >= 8):
@@ -150,7 +149,7 @@ def test_requeue_mid_training_resumes_and_loses_no_step(slurm_cluster, tmp_path:
     requeue = processes.run(["scontrol", "requeue", job], timeout=30)
     assert requeue.returncode == 0, requeue.stderr
     start_now_when_pending(job, proc, time.time() + 120)  # not the test cluster's 20 s BeginTime
-    assert wait_for_job(proc, 300, job, sweep, log) == 0, log.read_text()[-3000:]
+    login_ended_well(proc, 300, job, sweep, log)
     record = summary(sweep / "0")
     assert (record["status"], record["metrics"]["steps"], record["resumes"]) == ("completed", 24, 1)
     assert record["slurm"]["restart_count"] == 1

@@ -22,12 +22,12 @@ from .conftest import (
     CLI,
     cli_env,
     compose_run,
+    login_ended_well,
     plan_for,
     read_jsonl,
     run_cli,
     run_tool,
     start_now_when_pending,
-    wait_for_job,
 )
 from .support import processes
 from .test_spikingjelly_loop import python_path
@@ -221,13 +221,14 @@ def test_requeue_stops_at_the_signal_step_and_resumes_on_the_same_trajectory(
 
     slurm = ["launcher=slurm", "launcher.mem_gb=4", "launcher.cpus_per_task=1"]
     sweep = tmp_path / "sweep"
-    log = tmp_path / "login.stderr"
-    with open(log, "w") as stderr:
+    log = tmp_path / "login.log"
+    with open(log, "w") as output:
         proc = processes.spawn(
             [CLI, *args, *slurm, f"hydra.sweep.dir={sweep}"],
             cwd=tmp_path,
             env=cli_env({"PYTHONPATH": python_path()}),
-            stderr=stderr,
+            stdout=output,
+            stderr=output,
         )
     steps = sweep / "0" / "steps.jsonl"
     deadline = time.time() + 240
@@ -246,7 +247,7 @@ def test_requeue_stops_at_the_signal_step_and_resumes_on_the_same_trajectory(
     usr2 = processes.run(["scancel", "--signal=USR2", job], timeout=30)
     assert usr2.returncode == 0, usr2.stderr
     start_now_when_pending(job, proc, time.time() + 120)
-    assert wait_for_job(proc, 300, job, sweep, log) == 0, log.read_text()[-3000:]
+    login_ended_well(proc, 300, job, sweep, log)
     record = summary(sweep / "0")
     assert (record["status"], record["metrics"]["steps"], record["resumes"]) == ("completed", 48, 2)
     assert record["engine"] == "spikingjelly" and record["slurm"]["restart_count"] == 2
