@@ -351,12 +351,31 @@ def job_state(job: str) -> str:
 
 def start_now_when_pending(job: str, proc: subprocess.Popen, deadline: float) -> None:
     """A requeued job waits for its BeginTime (the test cluster's 20 s credential expiry):
-    once it is pending again, let it start now. The requeue path itself is unchanged."""
+    once it is pending again and its previous attempt's processes are gone, let it start now.
+    The requeue path itself is unchanged. (Started while srun was still tearing down the
+    previous attempt's step, a requeued job failed on the spot: allocated and ended with exit
+    status 1 in the same millisecond, no step run, seen in CI and in a clean clone.)"""
     while time.time() < deadline and proc.poll() is None:
-        if job_state(job) == "PENDING":
+        if job_state(job) == "PENDING" and not job_processes(job):
             processes.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], timeout=30)
             return
         time.sleep(0.3)
+
+
+def job_processes(job: str) -> list[int]:
+    """The processes on this machine that belong to Slurm job `job` (SLURM_JOB_ID in their
+    environment: its batch script, srun, the tasks)."""
+    marker = f"\0SLURM_JOB_ID={job}\0".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if marker in b"\0" + (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+    return found
 
 
 def where_the_job_stands(

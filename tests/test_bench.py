@@ -15,7 +15,8 @@ from .support import processes
 
 TOPOLOGIES = ("single", "pp")  # --quick: bench/topology_cost.py QUICK_TOPOLOGIES
 MEASURES = [  # every row of the table, in order
-    "step time ratio (ours / hand-written)",
+    "step time ratio at log_every_n_steps=1 (ours / hand-written)",
+    "step time ratio at log_every_n_steps=10 (ours / hand-written)",
     "step time ratio (ours / MMGen train_model)",
     "dry run (sew_resnet18) / vision import",
     "dry run (spikformer_tiny) / vision import",

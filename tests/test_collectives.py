@@ -58,13 +58,29 @@ def test_helper_answers_cuda_for_nccl_and_cpu_for_gloo(gloo_group, monkeypatch):
     assert moved.dtype == torch.float64 and moved.device.type == "cpu"
 
 
-def test_cpu_ranks_flag_agreement_goes_through_the_helper(gloo_group, asked):
-    from experiments.snn.engines.cpu_parallel import ParallelContext
+def test_flag_agreement_goes_through_the_helper(gloo_group, asked):
+    from experiments import collectives
 
-    context = ParallelContext(dims=None)
-    assert context.all_true(True) is True
-    assert context.any_true(False) is False
+    assert collectives.all_true(True) is True
+    assert collectives.any_true(False) is False
     assert asked == [torch.device("cpu")] * 2
+
+
+def test_the_replica_spread_goes_through_the_helper(gloo_group, asked):
+    from experiments import collectives
+
+    assert collectives.replica_spread(torch.nn.Linear(3, 2).parameters()) == 0.0
+    assert asked == [torch.device("cpu")]
+
+
+def test_without_a_process_group_each_collective_answers_for_this_rank():
+    from experiments import collectives
+
+    assert not dist.is_initialized()
+    assert collectives.broadcast_from_rank0({"a": 1}) == {"a": 1}
+    assert collectives.gather(3) == [3]
+    assert (collectives.all_true(False), collectives.any_true(True)) == (False, True)
+    assert collectives.replica_spread(torch.nn.Linear(3, 2).parameters()) == 0.0
 
 
 def test_gan_replica_difference_goes_through_the_helper(gloo_group, asked):

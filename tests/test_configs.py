@@ -142,7 +142,7 @@ def test_every_combination_plans_or_is_refused_naming_the_pinned_key(
     if plan is None:
         return
     assert plan.dims.world_size == world
-    assert plan.engine == ("mmgen" if _family(model) == "gan" else "cpu")
+    assert plan.engine == ("mmgen" if _family(model) == "gan" else "spikingjelly")
     # The mesh the topology's yaml asks for at this world size, in the plan and (SNN) in
     # SpikingJelly's TrainingConfig, which builds the device mesh from it.
     shape, data_parallel = MESH[topology] if world > 1 else ((1, 1, 1), None)

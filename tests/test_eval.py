@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from experiments.snn.engines.spikingjelly_checkpoints import read_shard
+
 from .conftest import run_cli, run_tool
 
 pytestmark = pytest.mark.slow
@@ -98,8 +100,8 @@ def test_an_unreadable_newest_checkpoint_falls_back_to_the_previous_one(
 ) -> None:
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
-    shard = copy / "checkpoints" / "step_00000006" / "pp_0000_tp_0000.pt"
-    shard.write_bytes(shard.read_bytes()[:1000])  # a torn write
+    (data,) = (copy / "checkpoints" / "step_00000006" / "pp_0000_tp_0000").glob("*.distcp")
+    data.write_bytes(data.read_bytes()[:1000])  # a torn write
     code, _, err = evaluate(copy, copy)
     assert code == 0, err
     assert "cannot load" in err and "step_00000006" in err
@@ -177,8 +179,7 @@ def test_export_writes_one_file_that_eval_takes_and_refuses_bad_input(
     exported = copy / "export" / "sew_resnet18-step6.pt"
     assert f"Exported {exported}" in out
     state = torch.load(exported, map_location="cpu", weights_only=True)
-    shard = torch.load(copy / "checkpoints" / "step_00000006" / "pp_0000_tp_0000.pt",
-                       map_location="cpu", weights_only=True)["model"]  # fmt: skip
+    shard = read_shard(copy / "checkpoints" / "step_00000006" / "pp_0000_tp_0000")["model"]
     assert set(state) == set(shard)
     assert all(torch.equal(state[k], shard[k]) for k in state)  # the checkpoint's weights
     moved = tmp_path / "elsewhere" / "model.pt"
@@ -192,8 +193,9 @@ def test_export_writes_one_file_that_eval_takes_and_refuses_bad_input(
     assert record["checkpoint"] == str(moved) and record["step"] == 6
     assert abs(record["val_accuracy"] - final["val_accuracy"]) <= 1e-6
 
-    torn = copy / "checkpoints" / "step_00000003" / "pp_0000_tp_0000.pt"
+    (torn,) = (copy / "checkpoints" / "step_00000003" / "pp_0000_tp_0000").glob("*.distcp")
     torn.write_bytes(torn.read_bytes()[:1000])
+    torn = torn.parent  # the step folder below
     for args, said in (
         ([str(copy), "ema=true"], "ema=True"),
         ([str(moved)], "not an export"),
@@ -205,3 +207,53 @@ def test_export_writes_one_file_that_eval_takes_and_refuses_bad_input(
         assert code == 2, (args, out, err)
         assert err.startswith("error:") and err.strip().count("\n") == 0 and said in err, err
     assert list((copy / "export").iterdir()) == []  # (moved away above) none written since
+
+
+def _as_retired_cpu_engine_run(run_dir: Path, copy: Path) -> None:
+    """The run as our retired CPU engine left one: its step folders hold one
+    `pp_XXXX_tp_YYYY.pt` shard ({"model": ...}) and meta.json, its summary names `cpu`."""
+    import torch
+
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("eval*", "export", "checkpoints"))
+    for step in (3, 6):
+        library = run_dir / "checkpoints" / f"step_{step:08d}"
+        folder = copy / "checkpoints" / library.name
+        folder.mkdir(parents=True)
+        torch.save({"model": read_shard(library / "pp_0000_tp_0000")["model"]},
+                   folder / "pp_0000_tp_0000.pt")  # fmt: skip
+        recipe = json.loads((library / "config.json").read_text())
+        meta = {"step": step, "recipe": recipe, "mesh": {"shape": [1, 1, 1]}}
+        (folder / "meta.json").write_text(json.dumps(meta))
+    summary = json.loads((copy / "summary.json").read_text())
+    (copy / "summary.json").write_text(json.dumps({**summary, "engine": "cpu"}))
+
+
+def test_a_retired_cpu_engine_run_is_refused_on_resume_and_still_evaluated_and_exported(
+    run_dir: Path, tmp_path: Path
+) -> None:
+    """Resuming a run our retired CPU engine recorded is refused before launch, one line
+    naming the engine and what to do, nothing written; experiments-eval and experiments-export
+    still read its checkpoints (to the numbers the run recorded)."""
+    from .conftest import run_cli_in_process
+
+    copy = tmp_path / "run"
+    _as_retired_cpu_engine_run(run_dir, copy)
+    before = sorted((p.relative_to(copy), p.stat().st_mtime_ns) for p in copy.rglob("*"))
+    result = run_cli_in_process([*RUN, f"hydra.run.dir={copy}"], cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: invalid config: trainer.engine='cpu': ")
+    assert "records a run trained by our CPU engine, which is gone" in line
+    assert "experiments-eval and experiments-export still read them" in line
+    assert "resume=null retrains this run in its directory" in line
+    assert sorted((p.relative_to(copy), p.stat().st_mtime_ns) for p in copy.rglob("*")) == before
+
+    code, _, err = evaluate(copy, copy)
+    assert code == 0, err
+    record = json.loads((copy / "eval.json").read_text())
+    final = json.loads((copy / "summary.json").read_text())["metrics"]
+    assert record["checkpoint"].endswith("step_00000006") and record["engine"] == "cpu"
+    assert abs(record["val_accuracy"] - final["val_accuracy"]) <= 1e-6
+    exported = run_tool("experiments-export", [str(copy)], cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    assert (copy / "export" / "sew_resnet18-step6.pt").is_file()

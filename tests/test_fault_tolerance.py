@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -76,10 +77,19 @@ def wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: flo
     pytest.fail(f"step {step} not reached in {timeout} s")
 
 
-def kill_at_step(run_dir: Path, step: int) -> None:
-    """Start the single-process run and SIGKILL it once it has logged `step`."""
+def kill_at_step(run_dir: Path, step: int, complete: int | None = None) -> None:
+    """Start the single-process run and SIGKILL it once it has logged `step` and (when given)
+    the checkpoint of step `complete` is whole: SpikingJelly writes a checkpoint in the
+    background while training goes on, so a kill right after the step may meet it half
+    written (the previous one is then the newest whole one: test_crash_while_saving...)."""
     proc = start(run_dir, [])
     wait_for_step(run_dir, step, proc)
+    if complete is not None:
+        seal = run_dir / "checkpoints" / f"step_{complete:08d}" / "pp_0000_tp_0000" / ".metadata"
+        deadline = time.time() + 120
+        while not seal.is_file():
+            assert time.time() < deadline and proc.poll() is None, "checkpoint never completed"
+            time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
 
@@ -108,7 +118,7 @@ def test_killed_process_resumes_on_rerun_onto_the_same_trajectory(
     tmp_path: Path, reference: dict[str, list[float]]
 ) -> None:
     run_dir = tmp_path / "run"
-    kill_at_step(run_dir, 6)
+    kill_at_step(run_dir, 6, complete=4)
     assert summary(run_dir)["status"] == "running"  # what a killed run leaves behind
     train(run_dir, [])  # the same command again
     record = summary(run_dir)
@@ -139,12 +149,13 @@ def test_truncated_checkpoint_is_reported_and_the_previous_one_used(
     tmp_path: Path, reference: dict[str, list[float]]
 ) -> None:
     run_dir = tmp_path / "run"
-    kill_at_step(run_dir, 10)  # checkpoints at 4 and 8 are complete
-    shard = run_dir / "checkpoints" / "step_00000008" / "pp_0000_tp_0000.pt"
+    kill_at_step(run_dir, 10, complete=8)  # checkpoints at 4 and 8 are complete
+    step = run_dir / "checkpoints" / "step_00000008"
+    (shard,) = (step / "pp_0000_tp_0000").glob("*.distcp")  # DCP's data file of the shard
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     result = train(run_dir, [])
     log = result.stdout + (run_dir / "train.log").read_text()
-    assert f"checkpoint {shard.parent} cannot be loaded" in log
+    assert f"checkpoint {step} cannot be loaded" in log
     record = summary(run_dir)
     assert record["resumed_from"].endswith("step_00000004")
     assert record["metrics"]["steps"] == 12
@@ -153,12 +164,13 @@ def test_truncated_checkpoint_is_reported_and_the_previous_one_used(
 
 def test_no_loadable_checkpoint_stops_with_a_clear_error(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    kill_at_step(run_dir, 6)
-    (shard,) = (run_dir / "checkpoints").glob("step_*/pp_0000_tp_0000.pt")
+    kill_at_step(run_dir, 6, complete=4)
+    (shard,) = (run_dir / "checkpoints").glob("step_*/pp_0000_tp_0000/*.distcp")
     shard.write_bytes(b"not a checkpoint")
     result = run_cli([*BASE, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert result.returncode == 1
-    assert "no checkpoint can be loaded" in result.stderr and str(shard.parent) in result.stderr
+    step = shard.parent.parent
+    assert "no checkpoint can be loaded" in result.stderr and str(step) in result.stderr
     assert "Traceback" not in result.stderr
     record = summary(run_dir)
     assert record["status"] == "failed" and "no checkpoint can be loaded" in record["error"]
@@ -180,21 +192,21 @@ def test_crash_while_saving_leaves_the_previous_checkpoint_as_latest(
     )
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     checkpoints = run_dir / "checkpoints"
-    assert (checkpoints / ".step_00000008.partial" / "pp_0000_tp_0000.pt").exists()
-    assert sorted(p.name for p in checkpoints.iterdir() if not p.name.startswith(".")) == [
-        "step_00000004"
-    ]
-    train(run_dir, [])
+    torn = checkpoints / "step_00000008" / "pp_0000_tp_0000"
+    assert list(torn.glob("*.distcp")) and not (torn / ".metadata").exists()  # data, no seal
+    assert (checkpoints / "step_00000004" / "pp_0000_tp_0000" / ".metadata").is_file()
+    result = train(run_dir, [])
+    assert "skipping torn checkpoint" in result.stdout + (run_dir / "train.log").read_text()
     record = summary(run_dir)
     assert record["resumed_from"].endswith("step_00000004")
     assert record["metrics"]["steps"] == 12
-    assert not list(checkpoints.glob(".*partial"))
+    assert (torn / ".metadata").is_file()  # step 8 saved again, whole
     assert losses(run_dir) == pytest.approx(reference["single"], rel=1e-6)
 
 
 def test_checkpoint_of_a_different_config_is_refused(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    kill_at_step(run_dir, 6)
+    kill_at_step(run_dir, 6, complete=4)
     # In its own run directory, the recorded config refuses the change before launch...
     result = run_cli([*BASE, "optimizer.lr=0.5", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-3000:]
@@ -211,26 +223,46 @@ def test_checkpoint_of_a_different_config_is_refused(tmp_path: Path) -> None:
 
 
 def test_checkpoints_load_without_unpickling_arbitrary_objects(tmp_path: Path) -> None:
+    """torch's DCP reads `.metadata` with a plain pickle and a checkpoint's non-tensor values
+    with torch.load(weights_only=False). Our readers (the resume, eval's merge) build only
+    DCP's metadata classes and state-dict values: a checkpoint crafted to run a command is
+    refused, by the reader and by a resume from it, and the command never runs."""
     import pickle
 
-    import torch
+    import torch.distributed.checkpoint as dcp
 
-    from experiments.run import checkpoint
+    from experiments.snn.engines.spikingjelly_checkpoints import read_shard
 
     run_dir = tmp_path / "run"
     train(run_dir, ["trainer.max_steps=4"])
     path = run_dir / "checkpoints" / "step_00000004"
-    recipe = json.loads((path / "meta.json").read_text())["recipe"]
-    state, meta = checkpoint.load(path, "pp_0000_tp_0000.pt", recipe)
-    assert meta["step"] == 4 and "model" in state
+    state = read_shard(path / "pp_0000_tp_0000")
+    assert int(state["progress"]["step"]) == 4 and "model" in state
+    marker = tmp_path / "pwned"
 
     class Payload:
         def __reduce__(self):
-            return (os.system, ("echo pwned",))
+            return (os.system, (f"touch {marker}",))
 
-    evil = tmp_path / "evil"
-    evil.mkdir()
-    (evil / "meta.json").write_text(json.dumps({"step": 1, "recipe": recipe}))
-    torch.save({"model": Payload()}, evil / "pp_0000_tp_0000.pt", pickle_protocol=2)
-    with pytest.raises(pickle.UnpicklingError):
-        checkpoint.load(evil, "pp_0000_tp_0000.pt", recipe)
+    evil_metadata = tmp_path / "evil_metadata"
+    shutil.copytree(path, evil_metadata)
+    (evil_metadata / "pp_0000_tp_0000" / ".metadata").write_bytes(pickle.dumps(Payload()))
+    evil_value = tmp_path / "evil_value"
+    shutil.copytree(path, evil_value)
+    shutil.rmtree(evil_value / "pp_0000_tp_0000")
+    state["optimizer"]["param_groups"][0]["lr"] = Payload()  # a value the resume reads
+    dcp.save(state, checkpoint_id=evil_value / "pp_0000_tp_0000", no_dist=True)
+    assert not marker.exists()
+    refusals = {  # what each reader says: DCP wraps a .metadata it cannot read in its own error
+        evil_metadata: "posix.system is not part of a checkpoint's metadata",
+        evil_value: "UnpicklingError",
+    }
+    for evil, said in refusals.items():
+        with pytest.raises((pickle.UnpicklingError, AssertionError)) as refused:
+            read_shard(evil / "pp_0000_tp_0000")
+        assert said in f"{type(refused.value).__name__}: {refused.value}"
+        result = run_cli([*BASE, f"resume={evil}", f"hydra.run.dir={tmp_path / evil.name}-run"],
+                         cwd=tmp_path)  # fmt: skip
+        assert result.returncode == 1, result.stderr[-2000:]
+        assert "no checkpoint can be loaded" in result.stderr and said in result.stderr
+    assert not marker.exists()

@@ -165,7 +165,7 @@ def test_only_the_seam_knows_the_families() -> None:
     assert "experiments.train" in outside and "experiments.report" in outside
     assert not family_imports(graph, set(outside)), family_imports(graph, set(outside))
     engines = set(families.engine_names())
-    assert engines >= {"cpu", "spikingjelly", "classify", "mmgen"}
+    assert engines >= {"spikingjelly", "classify", "mmgen"}
     mentions = {
         name: found
         for name, path in outside.items()

@@ -105,7 +105,11 @@ def test_the_main_job_writes_the_run_directory_contract(main_job: MainJob) -> No
         "single",
         "local",
     )
-    assert (summary["world_size"], summary["engine"], summary["backend"]) == (1, "cpu", "gloo")
+    assert (summary["world_size"], summary["engine"], summary["backend"]) == (
+        1,
+        "spikingjelly",
+        "gloo",
+    )
     assert summary["mesh"]["shape"] == [1, 1, 1]
     assert summary["metrics"]["steps"] == 180
     assert summary["metrics"]["val_accuracy"] == pytest.approx(metrics[-1]["val_accuracy"])

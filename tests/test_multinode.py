@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from experiments.launchers import slurm_jobs
+from experiments.snn.engines.spikingjelly_checkpoints import read_shard
 from experiments.status import submitted
 
 from .conftest import (
@@ -90,7 +91,7 @@ def final_state(run_dir: Path) -> dict[str, torch.Tensor]:
     _, pipeline, tensor = record["mesh"]["shape"]
     folder = run_dir / "checkpoints" / f"step_{step:08d}"
     shards = [
-        (pp, tp, torch.load(folder / f"pp_{pp:04d}_tp_{tp:04d}.pt", weights_only=True)["model"])
+        (pp, tp, read_shard(folder / f"pp_{pp:04d}_tp_{tp:04d}")["model"])
         for pp in range(pipeline)
         for tp in range(tensor)
     ]
@@ -407,7 +408,8 @@ def test_time_limit_checkpoints_requeues_and_ends_interrupted_after_the_last_req
     ]
     assert len(stops) == 2 and stops[0] < stops[1], stops  # one stop per job, resumed between
     assert record["resumed_from"].endswith(f"step_{stops[0]:08d}")
-    assert (run_dir / "checkpoints" / f"step_{stops[1]:08d}" / "meta.json").is_file()  # kept
+    kept = run_dir / "checkpoints" / f"step_{stops[1]:08d}"
+    assert (kept / "pp_0000_tp_0000" / ".metadata").is_file()  # kept, whole
     assert f"Slurm job {job} interrupted, {run_dir}" in out and "resumes it" in out
 
 

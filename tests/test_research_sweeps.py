@@ -17,6 +17,7 @@ import torch
 from optuna.trial import TrialState
 
 from experiments.errors import ConfigError
+from experiments.snn.engines.spikingjelly_checkpoints import read_shard
 from experiments.sweepers import pruning
 
 from .conftest import (
@@ -56,8 +57,10 @@ def seed_sweep(module_tmp: Callable[[str], Path]) -> dict:
     root = module_tmp("seeds")
     sweep_dir = root / "sweep"
     stale = sweep_dir / "5" / "checkpoints" / "step_00000001"
-    stale.mkdir(parents=True)
-    (stale / "meta.json").write_text(json.dumps({"step": 1, "recipe": {"other": "config"}}))
+    (stale / "pp_0000_tp_0000").mkdir(parents=True)  # complete, as SpikingJelly's are
+    (stale / "pp_0000_tp_0000" / ".metadata").write_bytes(b"")
+    recipe = {"pipeline_parallel_size": 1, "tensor_parallel_size": 1, "other": "config"}
+    (stale / "config.json").write_text(json.dumps(recipe))
     result = run_cli(
         [
             "-m",
@@ -225,7 +228,9 @@ PLATEAU = [
 ]
 
 
-def test_cpu_engine_stops_on_a_plateau_and_keeps_its_best_checkpoint(tmp_path: Path) -> None:
+def test_spikingjellys_loop_stops_on_a_plateau_and_keeps_its_best_checkpoint(
+    tmp_path: Path,
+) -> None:
     run_dir = tmp_path / "run"
     result = run_cli(
         [
@@ -253,7 +258,7 @@ def test_cpu_engine_stops_on_a_plateau_and_keeps_its_best_checkpoint(tmp_path: P
     assert best == run_dir / "checkpoints" / "best" / "step_00000001"
 
     def weights(folder: Path) -> dict:
-        return torch.load(folder / "pp_0000_tp_0000.pt", weights_only=True)["model"]
+        return read_shard(folder / "pp_0000_tp_0000")["model"]
 
     kept, first, last = (
         weights(best),
@@ -311,6 +316,32 @@ def test_gan_run_stops_on_a_plateau_and_keeps_its_best_checkpoint(gan_search: di
     assert not (folder / "iter_4.pth").exists()
 
 
+def test_a_resumed_run_continues_its_early_stopping_count() -> None:
+    """On resume the monitor replays the evaluations the run's records keep (those up to the
+    checkpoint it resumed): its best, its best step and epoch, how many evaluations in a row
+    did not improve, how many there were; nothing is reported to a study again."""
+    from experiments.run.early_stopping import EarlyStopping, Monitor
+
+    settings = EarlyStopping("val_accuracy", "max", patience=3, min_delta=0.01)
+    records = [
+        {"step": 10, "epoch": 1, "val_accuracy": 0.50},
+        {"step": 20, "epoch": 2, "val_accuracy": 0.70},
+        {"step": 30, "epoch": 3, "val_accuracy": 0.705},  # within min_delta: no improvement
+        {"step": 40, "epoch": 4, "val_accuracy": 0.60},
+    ]
+    straight = Monitor(settings, "val_accuracy", {})
+    for record in records:
+        straight.after_evaluation(record["step"], record["epoch"], record)
+    resumed = Monitor(settings, "val_accuracy", {})
+    resumed.replay(records)
+    state = ("best", "best_step", "best_epoch", "bad", "evaluations")
+    assert [getattr(resumed, k) for k in state] == [getattr(straight, k) for k in state]
+    assert [getattr(resumed, k) for k in state] == [0.70, 20, 2, 2, 4]
+    assert resumed.summary["early_stopping"]["best_step"] == 20
+    # the next evaluation without improvement uses up the patience, as it would have
+    assert resumed.after_evaluation(50, 5, {"val_accuracy": 0.65}).stop
+
+
 def test_early_stopping_keys_are_refused_before_launch() -> None:
     cases = [
         (
@@ -347,15 +378,9 @@ def test_early_stopping_keys_are_refused_before_launch() -> None:
         with pytest.raises(ConfigError) as refused:
             plan_for(["data=digits" if gan else "data=synthetic", *overrides])
         assert str(refused.value).startswith(f"invalid config: {message}"), overrides
-    # SpikingJelly's own loop has no hook or callback: refused there, saying so
-    with pytest.raises(ConfigError) as refused:
-        plan_for(
-            ["data=synthetic", "trainer.engine=spikingjelly", "trainer.early_stopping.patience=2"]
-        )
-    assert str(refused.value) == (
-        "invalid config: trainer.early_stopping.patience=2: SpikingJelly's train_classification "
-        "loop has no hook or callback to stop it early; use trainer.engine=cpu or trainer=classify"
-    )
+    # SpikingJelly's own loop stops early through its evaluation hook
+    stopping = plan_for(["data=synthetic", "trainer.early_stopping.patience=2"]).early_stopping
+    assert (stopping.patience, stopping.metric, stopping.mode) == (2, "val_accuracy", "max")
     assert plan_for(["data=synthetic"]).early_stopping is None  # off by default
 
 
@@ -500,16 +525,9 @@ def test_trials_that_cannot_report_are_refused_in_a_pruned_search() -> None:
         "invalid config: model.eval_images=0: an integer >= 2: a trial of a search with "
         "hydra.sweeper.pruner=median reports its swd to the pruner at every model.log_interval"
     )
-    with pytest.raises(ConfigError) as refused:
-        plan_for([*search, "data=synthetic", "trainer.engine=spikingjelly"])
-    assert str(refused.value) == (
-        "invalid config: hydra.sweeper.pruner='median': none with trainer.engine=spikingjelly: "
-        "SpikingJelly's train_classification loop has no hook or callback to stop it early; "
-        "use trainer.engine=cpu or trainer=classify"
-    )
-    # without a pruner both plan
+    # without a pruner it plans; an SNN trial reports through SpikingJelly's loop either way
     assert plan_for([*gan, "hydra/sweeper=optuna_resumable", "model.eval_images=0"]).recipe
-    assert plan_for([*search, "data=synthetic"]).engine == "cpu"
+    assert plan_for([*search, "data=synthetic"]).engine == "spikingjelly"
 
 
 @pytest.mark.gan
@@ -531,9 +549,10 @@ def test_a_search_in_the_direction_opposite_to_its_objective_is_refused() -> Non
         assert str(refused.value).startswith(
             f"invalid config: hydra.sweeper.direction={message}"
         ), str(refused.value)
-    assert plan_for([*optuna_sweeper, "hydra.sweeper.direction=maximize"]).engine == "cpu"
-    assert plan_for(["hparams_search=digits_lr", "data=synthetic"]).engine == "cpu"
-    assert plan_for(["data=synthetic"]).engine == "cpu"  # the basic sweeper has no direction
+    maximised = plan_for([*optuna_sweeper, "hydra.sweeper.direction=maximize"])
+    assert maximised.engine == "spikingjelly"
+    assert plan_for(["hparams_search=digits_lr", "data=synthetic"]).engine == "spikingjelly"
+    assert plan_for(["data=synthetic"]).engine == "spikingjelly"  # the basic sweeper: no direction
 
 
 def test_a_search_is_checked_before_its_study_opens(tmp_path: Path) -> None:

@@ -1,9 +1,10 @@
 """run/reshard.py and snn/reshard.py without a run: which engines and families refuse a
-topology change, and the engine's own global-batch check (test_topologies.py resumes real
-runs)."""
+topology change, and the loop's own global-batch check when it loads (test_topologies.py
+resumes real runs)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -16,20 +17,12 @@ from experiments.snn import reshard as snn_reshard
 CHANGED = ["topology.data_parallel: fsdp2 -> ddp", "trainer.max_steps: 8 -> 16"]
 
 
-@pytest.mark.parametrize(
-    ("engine", "said"),
-    [
-        ("spikingjelly", "SpikingJelly's train_classification resumes only under the topology"),
-        ("classify", "the classic Trainer resumes only under the topology"),
-    ],
-)
-def test_engines_that_cannot_reshard_are_refused_naming_why(
-    engine: str, said: str, tmp_path: Path
-) -> None:
+def test_the_classic_trainer_cannot_reshard_and_is_refused_naming_why(tmp_path: Path) -> None:
     dims = SimpleNamespace(mesh_shape=(2, 1, 1))
     with pytest.raises(ConfigError) as refused:
-        snn_reshard.check(tmp_path, CHANGED, engine, dims, 8, False)
-    assert refused.value.key == "topology.data_parallel" and said in str(refused.value)
+        snn_reshard.check(tmp_path, CHANGED, "classify", dims, 8, False)
+    assert refused.value.key == "topology.data_parallel"
+    assert "the classic Trainer resumes only under the topology" in str(refused.value)
 
 
 def test_a_gan_run_under_another_topology_is_refused_naming_why() -> None:
@@ -43,41 +36,53 @@ def test_without_a_topology_change_nothing_is_checked(tmp_path: Path) -> None:
     assert reshard.resharded(CHANGED) == CHANGED[:1]
 
 
-def _engine(batch_size: int, dp: int, allow: bool) -> SimpleNamespace:
-    return SimpleNamespace(
-        config=SimpleNamespace(batch_size=batch_size),
-        plan=SimpleNamespace(
-            dims=SimpleNamespace(data_parallel_size=dp),
-            trainer={"allow_global_batch_change": allow},
-        ),
-    )
-
-
 def test_the_data_position_is_kept_or_moved_with_the_global_batch(tmp_path: Path) -> None:
-    """The CPU engine's own check when it loads (a worker's config is already rewritten): a
-    step-4 checkpoint of dp=2 x 8 (64 samples into its epoch)."""
+    """The loop's own check when it loads (a worker's config is already rewritten): a step-4
+    checkpoint of dp=2 x 8 (64 samples into its epoch)."""
     from experiments.run.checkpoint import CheckpointError
-    from experiments.snn.engines.cpu import _Trainer
+    from experiments.snn.engines.spikingjelly_resume import Resume
 
-    meta = {"mesh": {"shape": [2, 1, 1]}, "recipe": {"batch_size": 8}, "batch_in_epoch": 4}
-    position = _Trainer._resharded_position
-    assert position(_engine(16, 1, False), tmp_path, meta) == 4  # global 16 kept
-    assert position(_engine(4, 4, False), tmp_path, meta) == 4
-    assert position(_engine(8, 1, True), tmp_path, meta) == 8  # 64 samples / 8
+    mesh = {"mesh": {"shape": [2, 1, 1]}, "global_batch": 16}
+
+    def position(batch_size: int, dp: int, allow: bool) -> int:
+        resume = Resume([], dp, allow, loaded=lambda path, step: None)
+        return resume._position(tmp_path, mesh, batch_size, 4)
+
+    assert position(16, 1, False) == 4  # global 16 kept
+    assert position(4, 4, False) == 4
+    assert position(8, 1, True) == 8  # 64 samples / 8
     with pytest.raises(CheckpointError, match="global batch of 16, this run at 8"):
-        position(_engine(8, 1, False), tmp_path, meta)
+        position(8, 1, False)
+
+
+def _checkpoint(root: Path, shape: list[int], mesh: bool = True) -> None:
+    step = root / "checkpoints" / "step_00000004"
+    _, pp, tp = shape
+    for p in range(pp):
+        for t in range(tp):
+            (step / f"pp_{p:04d}_tp_{t:04d}").mkdir(parents=True)
+            (step / f"pp_{p:04d}_tp_{t:04d}" / ".metadata").write_bytes(b"")
+    recipe = {"pipeline_parallel_size": pp, "tensor_parallel_size": tp, "batch_size": 8}
+    (step / "config.json").write_text(json.dumps(recipe))
+    if mesh:
+        (step / "mesh.json").write_text(json.dumps({"mesh": {"shape": shape}, "global_batch": 8}))
 
 
 def test_a_split_no_builder_can_merge_is_refused_naming_the_sizes(tmp_path: Path) -> None:
-    import json
-
-    step = tmp_path / "checkpoints" / "step_00000004"
-    step.mkdir(parents=True)
-    (step / "meta.json").write_text(
-        json.dumps({"mesh": {"shape": [1, 1, 2]}, "recipe": {"batch_size": 8}, "step": 4})
-    )
+    _checkpoint(tmp_path, [1, 1, 2])
     dims = SimpleNamespace(mesh_shape=(1, 1, 1))
     with pytest.raises(ConfigError) as refused:
-        snn_reshard.check(tmp_path, CHANGED, "cpu", dims, 8, False, can_resplit=False)
+        snn_reshard.check(tmp_path, CHANGED, "spikingjelly", dims, 8, False, can_resplit=False)
     assert refused.value.key == "topology" and "pp=1 x tp=2: " in str(refused.value)
-    snn_reshard.check(tmp_path, CHANGED, "cpu", dims, 8, False, can_resplit=True)  # re-split
+    snn_reshard.check(tmp_path, CHANGED, "spikingjelly", dims, 8, False, can_resplit=True)
+
+
+def test_a_checkpoint_without_its_mesh_resumes_only_as_written(tmp_path: Path) -> None:
+    """A SpikingJelly checkpoint without our mesh.json (its data-parallel size unknown): a
+    topology change is refused naming the key; the same topology resumes."""
+    _checkpoint(tmp_path, [2, 1, 1], mesh=False)
+    dims = SimpleNamespace(mesh_shape=(1, 1, 1), describe=lambda: "dp=1 x pp=1 x tp=1")
+    with pytest.raises(ConfigError) as refused:
+        snn_reshard.check(tmp_path, CHANGED, "spikingjelly", dims, 8, False, can_resplit=True)
+    assert refused.value.key == "topology" and "written without mesh.json" in str(refused.value)
+    snn_reshard.check(tmp_path, [], "spikingjelly", dims, 8, False)

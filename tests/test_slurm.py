@@ -79,8 +79,8 @@ def test_two_point_sweep_runs_as_slurm_jobs(slurm_cluster, tmp_path: Path) -> No
         jobs.add(record["slurm"]["array_job_id"])
         assert sacct_states(record["slurm"]["job_id"]) == {"COMPLETED"}
         # the seed the job's worker trained with (its checkpoint's recipe)
-        (meta,) = (sweep / point).glob("checkpoints/step_*/meta.json")
-        assert json.loads(meta.read_text())["recipe"]["seed"] == seed, point
+        (recipe,) = (sweep / point).glob("checkpoints/step_*/config.json")
+        assert json.loads(recipe.read_text())["seed"] == seed, point
         finals.append(record["metrics"])
     assert len(jobs) == 1 and None not in jobs  # one job array
     assert "2 points (2 completed)" in result.stdout

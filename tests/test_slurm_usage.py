@@ -63,7 +63,7 @@ def _dry_run_script(stdout: str) -> list[str]:
     """The sbatch script a dry run prints (the first plan's, for a sweep)."""
     lines = stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.endswith("it would execute:")) + 1
-    end = next(i for i in range(start, len(lines)) if lines[i].startswith("  library config"))
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("    "))
     return [line.removeprefix("    ") for line in lines[start:end]]
 
 

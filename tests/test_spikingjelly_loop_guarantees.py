@@ -1,4 +1,4 @@
-"""Our guarantees on SpikingJelly's own loop (trainer.engine=spikingjelly, on CPU here):
+"""Our guarantees on SpikingJelly's own loop (every trainer=default run, on CPU here):
 resume from its `step_N/` checkpoints (torn ones skipped), extension of a finished run,
 resume=null starting over, experiments-eval on its DCP checkpoints, a Slurm requeue's SIGTERM
 saving the step it came in, and the planning refusals (issue 25 item 3, issue 26 items 4-7, 9).
@@ -35,7 +35,6 @@ from .test_spikingjelly_loop import python_path
 pytestmark = [pytest.mark.slow]
 
 SINGLE = [
-    "trainer.engine=spikingjelly",
     "data=synthetic",
     "data.train_size=36",
     "data.val_size=32",
@@ -157,14 +156,24 @@ def test_cuda_graph_over_several_ranks_is_refused_in_planning() -> None:
 
 def test_engine_choice_and_device_on_a_cpu_machine() -> None:
     auto = plan_for(["data=synthetic"])
-    assert (auto.engine, auto.device) == ("cpu", "cpu")
-    library = plan_for(["data=synthetic", "trainer.engine=spikingjelly"])
-    assert (library.engine, library.device, library.backend) == ("spikingjelly", "cpu", "gloo")
-    assert "spikingjelly on cpu" in library.as_text()
-    assert "nothing lost" in library.as_text()  # the stop bound, stated by the dry run
+    assert (auto.engine, auto.device, auto.backend) == ("spikingjelly", "cpu", "gloo")
+    named = plan_for(["data=synthetic", "trainer.engine=spikingjelly"])
+    assert (named.engine, named.device) == ("spikingjelly", "cpu")
+    assert "spikingjelly on cpu" in auto.as_text()
+    assert "nothing lost" in auto.as_text()  # the stop bound, stated by the dry run
     with pytest.raises(ConfigError) as refused:
-        plan_for(["trainer.engine=spikingjelly", "trainer.precision=bf16"])
+        plan_for(["trainer.precision=bf16"])
     assert refused.value.key == "trainer.precision" and "needs CUDA" in str(refused.value)
+
+
+def test_the_retired_cpu_engine_is_refused_in_one_line_naming_what_to_write() -> None:
+    with pytest.raises(ConfigError) as refused:
+        plan_for(["data=synthetic", "trainer.engine=cpu"])
+    assert str(refused.value) == (
+        "invalid config: trainer.engine='cpu': auto: our CPU engine is gone; SpikingJelly's "
+        "train_classification trains every run of trainer=default, on CPU ranks too (drop the "
+        "override, or write trainer.engine=spikingjelly)"
+    )
 
 
 def test_a_single_process_sets_its_own_rendezvous(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -185,7 +194,7 @@ def test_a_single_process_sets_its_own_rendezvous(monkeypatch: pytest.MonkeyPatc
 
 
 def test_the_scheduler_anneals_per_optimizer_step_in_the_spikformer_recipe() -> None:
-    """Both engines step the scheduler once per optimizer step (issue 26 item 9): the
+    """SpikingJelly's loop steps the scheduler once per optimizer step (issue 26 item 9): the
     recipe's cosine T_max counts optimizer steps over its 300 epochs, not epochs."""
     cfg = compose_run(["experiment=spikformer_cifar10_ddp"])
     ranks, batch, epochs = cfg.launcher.nproc_per_node, cfg.trainer.batch_size, cfg.trainer.epochs

@@ -114,6 +114,8 @@ def test_the_model_receives_the_loaders_frames_time_first(tmp_path: Path) -> Non
 
     # ParametricLIFNode's learnable time constant is in the trained model: the neuron chosen in
     # the config is the one SpikingJelly's sew_resnet18 factory built.
-    (shard,) = (run_dir / "checkpoints" / "step_00000002").glob("pp_*_tp_*.pt")
-    state = torch.load(shard, map_location="cpu")["model"]
+    from experiments.snn.engines.spikingjelly_checkpoints import read_shard
+
+    (shard,) = (run_dir / "checkpoints" / "step_00000002").glob("pp_*_tp_*")
+    state = read_shard(shard)["model"]
     assert any(name.endswith("sn1.w") for name in state), sorted(state)[:20]

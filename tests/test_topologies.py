@@ -27,7 +27,9 @@ from typing import Any
 import pytest
 import torch
 
-from .conftest import REPO, on_python_path, plan_for, read_jsonl, run_cli
+from experiments.snn.engines.spikingjelly_checkpoints import read_shard
+
+from .conftest import REPO, on_python_path, read_jsonl, run_cli
 from .recorded_data import read_indices
 
 pytestmark = [pytest.mark.slow, pytest.mark.dist]
@@ -118,12 +120,13 @@ class Runs:
             for pp in range(pipeline)
             for tp in range(tensor)
         ]
-        assert len(list(folder.glob("pp_*_tp_*.pt"))) == len(shards), folder
+        assert len(list(folder.glob("pp_*_tp_*"))) == len(shards), folder
         return builder().merge_state_dicts(shards, pipeline_size=pipeline, tensor_size=tensor)
 
     def shard(self, name: str, pp: int, tp: int, step: int = STEPS) -> dict[str, torch.Tensor]:
-        path = self.get(name) / "checkpoints" / f"step_{step:08d}" / f"pp_{pp:04d}_tp_{tp:04d}.pt"
-        return torch.load(path, weights_only=True)["model"]
+        """One (pp, tp) folder of SpikingJelly's DCP checkpoint: its model state."""
+        folder = self.get(name) / "checkpoints" / f"step_{step:08d}"
+        return read_shard(folder / f"pp_{pp:04d}_tp_{tp:04d}")["model"]
 
 
 def builder():
@@ -171,7 +174,11 @@ def placements(runs: Runs, name: str) -> list[dict]:
 def test_summary_records_engine_backend_world_size_mesh_and_placement(runs: Runs) -> None:
     summary = runs.summary("fsdp2_tp")
     assert summary["status"] == "completed"
-    assert (summary["engine"], summary["backend"], summary["world_size"]) == ("cpu", "gloo", 4)
+    assert (summary["engine"], summary["backend"], summary["world_size"]) == (
+        "spikingjelly",
+        "gloo",
+        4,
+    )
     assert summary["mesh"]["shape"] == [2, 1, 2]
     assert summary["mesh"]["data_parallel"] == "fsdp2"
     # SpikingJelly's rank layout: tp varies fastest, then pp, then dp.
@@ -293,56 +300,30 @@ def test_data_parallel_ranks_read_disjoint_halves_of_the_epoch(runs: Runs) -> No
     assert sorted(first + second) == list(range(128))
 
 
-# --- pipeline micro-batches: gradient accumulation scales exactly -------------------------
+# --- pipeline micro-batches and gradient accumulation scale exactly -----------------------
 
 
-def test_pipeline_microbatches_equal_accumulated_single_process_step(
-    runs: Runs, tmp_path: Path
+def test_pipeline_microbatches_equal_a_single_process_accumulating_the_same_two(
+    runs: Runs,
 ) -> None:
-    """One PP step over 2 micro-batches of 4 equals, to 1e-5, one single-process SGD step that
-    accumulates the same two micro-batches (loss of each / 2), built from the same config by
-    the same engine code. BatchNorm normalises each micro-batch on its own in both."""
-    from spikingjelly.activation_based import functional
-    from spikingjelly.activation_based.distributed.vision.execution import _classification_loss
-
-    from experiments.run.record import RunRecorder
-    from experiments.snn.engines.cpu import _Trainer
-    from experiments.snn.engines.cpu_parallel import ParallelContext
-
+    """One PP step over 2 micro-batches of 4 equals one single-process step that accumulates
+    the same two micro-batches (trainer.global_batch_size=8 in forwards of 4: each loss / 2,
+    DDP-free): the same recorded loss and the same parameters to 1e-5. Two mechanisms, one
+    result: the pipeline schedule's micro-batches, and our accumulation inside SpikingJelly's
+    training step (engines/accumulation.py). BatchNorm normalises each micro-batch on its own
+    in both."""
     one_step = [*COMMON, "trainer.max_steps=1", "trainer.checkpoint_interval=1"]
     pp2 = [*one_step, "topology=pp", *TWO, "topology.pipeline_microbatches=2"]
-    run_dir = runs.get("pp2", pp2)
-    merged = builder().merge_state_dicts(
-        [(pp, 0, torch.load(p, weights_only=True)["model"]) for pp, p in enumerate(
-            sorted((run_dir / "checkpoints" / "step_00000001").glob("pp_*_tp_0000.pt"))
-        )],
-        pipeline_size=2,
-        tensor_size=1,
-    )  # fmt: skip
-
-    plan = plan_for(one_step, run_dir=str(tmp_path / "reference"))
-    trainer = _Trainer(
-        plan, RunRecorder(tmp_path, {}, enabled=False), ParallelContext.setup(plan.dims)
-    )
-    trainer.train_sampler.set_epoch(0)
-    images, targets = next(iter(trainer.train_loader))
-    trainer.model.train()
-    trainer.optimizer.zero_grad(set_to_none=True)
-    losses = []
-    for part in range(2):
-        chunk = slice(4 * part, 4 * part + 4)
-        loss = _classification_loss(
-            trainer._forward(images[chunk]), targets[chunk], trainer.loss_function
-        )
-        (loss / 2).backward()
-        functional.reset_net(trainer.model)
-        losses.append(loss.item())
-    trainer.optimizer.step()
-
-    recorded = runs.losses("pp2")
-    assert recorded == pytest.approx([sum(losses) / 2], rel=1e-5)
-    reference = trainer.model.state_dict()
-    assert_same_state(merged, dict(reference), rtol=1e-5, atol=1e-6)
+    accumulated = [*one_step, "trainer.global_batch_size=8", "trainer.batch_size=4"]
+    runs.get("pp2", pp2)
+    runs.get("accumulated", accumulated)
+    summary = runs.summary("accumulated", accumulated)
+    assert summary["metrics"]["global_batch"] == 8
+    plan = json.loads((runs.get("accumulated") / "plan.json").read_text())
+    assert (plan["batch"]["accumulation_steps"], plan["batch"]["per_rank"]) == (2, 8)
+    assert runs.losses("pp2") == pytest.approx(runs.losses("accumulated"), rel=1e-5)
+    assert_same_state(runs.state("pp2", step=1), runs.state("accumulated", step=1),
+                      rtol=1e-5, atol=1e-6)  # fmt: skip
 
 
 # --- resume --------------------------------------------------------------------------------
@@ -551,8 +532,8 @@ def test_multirun_with_torchrun_launches_each_point_once(runs: Runs) -> None:
         assert summary["status"] == "completed" and summary["world_size"] == 2
         assert summary["metrics"]["steps"] == 2
         # the seed the workers trained with (their checkpoint's recipe), not the override
-        (meta,) = point.glob("checkpoints/step_*/meta.json")
-        assert json.loads(meta.read_text())["recipe"]["seed"] == seed, number
+        (recipe,) = point.glob("checkpoints/step_*/config.json")
+        assert json.loads(recipe.read_text())["seed"] == seed, number
         assert not [p for p in point.iterdir() if p.is_dir() and p.name.isdigit()]
         finals.append(summary["metrics"])
     with open(sweep_dir / "report_seeds.csv", newline="") as handle:

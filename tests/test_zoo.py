@@ -184,8 +184,10 @@ def _train(tmp_path: Path, overrides: list[str]) -> tuple[Path, dict]:
 
 
 def _final_state(run_dir: Path) -> dict[str, torch.Tensor]:
-    (shard,) = (run_dir / "checkpoints" / "step_00000002").glob("pp_*_tp_*.pt")
-    return torch.load(shard, map_location="cpu")["model"]
+    from experiments.snn.engines.spikingjelly_checkpoints import read_shard
+
+    (shard,) = (run_dir / "checkpoints" / "step_00000002").glob("pp_*_tp_*")
+    return read_shard(shard)["model"]
 
 
 @pytest.mark.slow
@@ -195,8 +197,8 @@ def test_spiking_resnet_trains_through_the_cli(tmp_path: Path) -> None:
     assert summary["parameters"] == pytest.approx(11.18e6, rel=0.01)
     state = _final_state(run_dir)
     assert "conv1.weight" in state
-    # The steps moved every parameter away from the same model untrained (the CPU engine
-    # seeds, then builds; so does this): an optimizer that moves nothing passes the rest.
+    # The steps moved every parameter away from the same model untrained (SpikingJelly's
+    # loop seeds, then builds; so does this): an optimizer that moves nothing passes the rest.
     from experiments.snn.models import build_single_process_model
 
     config = plan_for(["model=spiking_resnet18", *TINY]).training_config

@@ -68,6 +68,9 @@ class Family:
     monitored: tuple[str, ...] = ()
     monitored_source: str = "the run evaluates"  # "what <this> while it trains"
     no_early_stopping: Mapping[str, str] = field(default_factory=dict)
+    # engines of earlier versions that no longer train: name -> why a run it recorded cannot
+    # be resumed, and what to do instead
+    retired_engines: Mapping[str, str] = field(default_factory=dict)
     # the lines a finished run prints: function(plan, summary) -> str
     completed_lines: Callable[[Any, dict[str, Any]], str] | None = None
     # what a finished run hands its loggers besides plan.json: function(run_dir, metrics)
@@ -134,6 +137,21 @@ def for_engine(engine: str | None) -> Family:
         if engine in family.engines:
             return family
     return families[-1]
+
+
+def refuse_retired_engine(run_dir: Path) -> None:
+    """A run directory whose record names an engine no family trains with any more is
+    refused before launch (resuming it would meet checkpoints no engine reads)."""
+    from experiments.run.record import SUMMARY, read_summary
+
+    engine = (read_summary(run_dir) or {}).get("engine")
+    for family in all_families():
+        if engine in family.retired_engines:
+            raise ConfigError(
+                "trainer.engine",
+                engine,
+                f"{run_dir / SUMMARY} records a run trained by {family.retired_engines[engine]}",
+            )
 
 
 def for_summary(summary: Mapping[str, Any]) -> Family:

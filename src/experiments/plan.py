@@ -42,6 +42,8 @@ def build_plan(
     loggers.validate(values.get("logger"))
     check.integer(values["seed"], "seed", minimum=0)
     check.choice(values["dry_run"], "dry_run", (False, True, "json"))
+    if check_record and values.get("resume") is not None:
+        families.refuse_retired_engine(run_dir)
     extensions = check_against_record(cfg, run_dir, values.get("resume")) if check_record else []
     family = families.for_model(values["model"])
     plan = family.plan(cfg, values, run_dir, overrides, choices, extensions)

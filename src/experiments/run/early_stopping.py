@@ -12,9 +12,9 @@ when the run is a trial of a search with a pruner (sweepers/pruning.py), and rai
 when the pruner stops it. One object, one call per evaluation: each engine adds a few lines,
 not a policy of its own.
 
-Engines: our CPU engine (`cpu`), SpikingJelly's classic Trainer (`classify`) and MMGen's
-runner (an mmcv hook). SpikingJelly's own `train_classification` loop has no hook or
-callback (ENVIRONMENT.md): early stopping is refused before launch there.
+Engines: SpikingJelly's `train_classification` (its evaluation, through our seam:
+snn/engines/spikingjelly_loop.py), its classic Trainer (`classify`) and MMGen's runner (an
+mmcv hook).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from experiments.known_keys import nearest
 
 KEYS = ("patience", "metric", "mode", "min_delta")
 MODES = ("auto", "max", "min")
-BEST = "best"  # the CPU engine's best checkpoint: <run>/checkpoints/best/step_N/
 
 
 @dataclass(frozen=True)
@@ -233,25 +232,22 @@ class Monitor:
         if self.settings is not None:
             self.summary["early_stopping"]["best_checkpoint"] = self.checkpoint
 
-    # a resumed run continues its count (the CPU engine keeps this in checkpoint meta)
-    def state(self) -> dict[str, Any]:
-        return {
-            "best": self.best,
-            "best_step": self.best_step,
-            "best_epoch": self.best_epoch,
-            "bad": self.bad,
-            "evaluations": self.evaluations,
-            "checkpoint": self.checkpoint,
-        }
-
-    def restore(self, state: dict[str, Any] | None) -> None:
-        if not state:
-            return
-        self.best, self.best_step = state.get("best"), state.get("best_step")
-        self.best_epoch, self.bad = state.get("best_epoch"), int(state.get("bad", 0))
-        self.evaluations = int(state.get("evaluations", 0))
-        if state.get("checkpoint"):
-            self.kept(state["checkpoint"])
+    def replay(self, records: list[dict[str, Any]] | None) -> None:
+        """A resumed run continues its count: the evaluations its records keep (those up to
+        the checkpoint it resumed), replayed in order. Nothing is reported to a study again
+        (each was reported when it happened)."""
+        self.best = self.best_step = self.best_epoch = None
+        self.bad = self.evaluations = 0
+        for record in records or []:
+            self.evaluations += 1
+            if self.settings is None:
+                continue
+            value = float(record.get(self.settings.metric, math.nan))
+            if self.settings.better(value, self.best):
+                self.best, self.best_step, self.bad = value, record.get("step"), 0
+                self.best_epoch = record.get("epoch")
+            else:
+                self.bad += 1
         if self.settings is not None:
             self.summary["early_stopping"].update(
                 best=self.best, best_step=self.best_step, best_epoch=self.best_epoch

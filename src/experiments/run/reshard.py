@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from experiments.errors import ConfigError
-from experiments.run import checkpoint
 
 # Config keys whose change is a reshard, not another run.
 PREFIXES = ("topology.", "launcher.")
@@ -32,15 +31,6 @@ def is_reshard_key(key: str) -> bool:
 def resharded(extensions: list[str]) -> list[str]:
     """The extensions of this launch that change the topology or the launcher."""
     return [e for e in extensions if is_reshard_key(e.split(":", 1)[0])]
-
-
-def newest_meta(run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
-    for path in checkpoint.complete_checkpoints(run_dir / "checkpoints"):
-        try:
-            return path, checkpoint.read_meta(path)
-        except (OSError, ValueError):
-            continue
-    return None
 
 
 def refuse(family: str, extensions: list[str], why: str) -> None:

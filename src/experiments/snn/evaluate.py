@@ -39,7 +39,7 @@ warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as tru
 OVERRIDABLE = ("data.", "trainer.batch_size", "trainer.workers")
 # Training-only settings a CPU evaluation of a CUDA run leaves at their CPU values.
 CPU_TRAINER = {
-    "engine": "cpu",
+    "engine": "auto",
     "device": "cpu",  # trainer=classify
     "precision": "fp32",
     "execution_mode": "eager",
@@ -187,38 +187,36 @@ def _merged_state(plan: Any, path: Path) -> tuple[dict[str, torch.Tensor], int]:
     return merged, int(meta["step"])
 
 
-def _library_mesh(run_dir: Path) -> tuple[int, int] | None:
-    """(pp, tp) of a run that SpikingJelly's own loop trained (trainer.engine=spikingjelly:
-    its `step_N/` folders hold config.json and one DCP folder per (pp, tp) rank); else None."""
-    summary = read_summary(run_dir) or {}
-    if summary.get("engine") != "spikingjelly":
-        return None
-    _, pipeline, tensor = summary.get("mesh", {}).get("shape", [1, 1, 1])
-    return int(pipeline), int(tensor)
+def _trained_by_spikingjelly(run_dir: Path) -> bool:
+    """A run that SpikingJelly's own loop trained (its `step_N/` folders hold config.json and
+    one DCP folder per (pp, tp) rank); False for a run of our retired CPU engine (one .pt
+    shard per (pp, tp) rank and meta.json)."""
+    return (read_summary(run_dir) or {}).get("engine") == "spikingjelly"
 
 
-def _library_state(plan: Any, path: Path, mesh: tuple[int, int]) -> tuple[dict, int]:
+def _library_state(plan: Any, path: Path) -> tuple[dict, int]:
     """One of SpikingJelly's DCP checkpoints: each (pp, tp) folder's full model state (the
-    library saves with full_state_dict=True), read without a process group, then merged like
-    ours."""
-    import tempfile
+    library saves with full_state_dict=True), read without a process group, then merged by
+    the model's builder. Its pp x tp is its own recipe's (a run resumed under another
+    topology holds checkpoints of both)."""
+    from experiments.snn.engines.spikingjelly_checkpoints import (
+        checkpoint_step,
+        read_recipe,
+        read_shard,
+        shard_folder,
+        torn_reason,
+    )
 
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-    from experiments.snn.engines.spikingjelly_checkpoints import checkpoint_step, torn_reason
-
-    pipeline, tensor = mesh
-    reason = torn_reason(path, pipeline * tensor)
+    reason = torn_reason(path)
     if reason is not None:
         raise EvaluationError(f"{path} is not a complete SpikingJelly checkpoint ({reason})")
-    shards = []
-    with tempfile.TemporaryDirectory() as scratch:
-        for pp in range(pipeline):
-            for tp in range(tensor):
-                flat = Path(scratch) / f"pp_{pp}_tp_{tp}.pt"
-                dcp_to_torch_save(path / f"pp_{pp:04d}_tp_{tp:04d}", flat)
-                state = torch.load(flat, map_location="cpu", weights_only=True)
-                shards.append((pp, tp, state["model"]))
+    recipe = read_recipe(path)
+    pipeline, tensor = recipe["pipeline_parallel_size"], recipe["tensor_parallel_size"]
+    shards = [
+        (pp, tp, read_shard(path / shard_folder(pp, tp))["model"])
+        for pp in range(pipeline)
+        for tp in range(tensor)
+    ]
     model = plan.training_config.model
     builder = model.get_builder_cls()(model)
     merged = builder.merge_state_dicts(shards, pipeline_size=pipeline, tensor_size=tensor)
@@ -228,17 +226,16 @@ def _library_state(plan: Any, path: Path, mesh: tuple[int, int]) -> tuple[dict, 
 def _load_newest_readable(
     plan: Any, run_dir: Path, chosen: Path | None
 ) -> tuple[torch.nn.Module, Path, int]:
-    mesh = _library_mesh(run_dir)
-    if mesh is not None:
+    if _trained_by_spikingjelly(run_dir):
         from experiments.snn.engines.spikingjelly_checkpoints import scan_checkpoints
 
         if chosen is not None:
             candidates = [chosen]
         else:
-            candidates, _ = scan_checkpoints(run_dir / "checkpoints", mesh[0] * mesh[1])
+            candidates, _ = scan_checkpoints(run_dir / "checkpoints")
             if not candidates:
                 raise EvaluationError(f"{run_dir} has no complete checkpoint in checkpoints/")
-        return _first_loadable(plan, candidates, lambda path: _library_state(plan, path, mesh))
+        return _first_loadable(plan, candidates, lambda path: _library_state(plan, path))
     if chosen is not None:
         if not (chosen / checkpoints.META).is_file():
             raise ConfigError(

@@ -1,5 +1,5 @@
 """The SNN family as the shared code sees it (experiments/families.py): SpikingJelly models,
-our CPU engine, SpikingJelly's own loop and its classic Trainer.
+SpikingJelly's own loop (`train_classification`) and its classic Trainer.
 
 Kept light (no torch, no SpikingJelly at import): the registry reads it to pick a family
 before anything heavy is imported; engines and the planner are named, imported when used.
@@ -13,8 +13,6 @@ from typing import Any
 from experiments.families import Curve, Family
 
 OBJECTIVE = "val_accuracy"  # the metric a sweep optimises and a re-run reports
-# Engines whose train_loss is the last epoch's mean (ours logs the last step's).
-EPOCH_MEAN_LOSS = ("classify", "spikingjelly")
 
 
 def _owns(model: Mapping[str, Any]) -> bool:
@@ -23,14 +21,13 @@ def _owns(model: Mapping[str, Any]) -> bool:
 
 def completed_lines(plan: Any, summary: dict[str, Any]) -> str:
     metrics = summary["metrics"]
-    kind = "last epoch mean" if plan.engine in EPOCH_MEAN_LOSS else "last step"
     return (
         f"\nRun completed in {summary['wall_time_s']:.1f} s "
         f"({metrics['steps']} steps, {summary['engine']} engine, "
         f"world size {summary['world_size']})\n"
         f"  val_accuracy  {metrics['val_accuracy']:.4f}\n"
         f"  val_loss      {metrics['val_loss']:.4f}\n"
-        f"  train_loss    {metrics['train_loss']:.4f} ({kind})\n"
+        f"  train_loss    {metrics['train_loss']:.4f} (last epoch mean)\n"
         f"  images/s      {metrics['images_per_second']:.1f}\n"
         + _profile_line(metrics)
         + f"  run directory {plan.run_dir.resolve()}"
@@ -55,7 +52,6 @@ FAMILY = Family(
     name="snn",
     owns=_owns,
     engines={
-        "cpu": "experiments.snn.engines.cpu",
         "spikingjelly": "experiments.snn.engines.spikingjelly",
         "classify": "experiments.snn.engines.classify",
     },
@@ -69,9 +65,10 @@ FAMILY = Family(
     ),
     monitored=("val_accuracy", "val_loss", "train_loss"),
     monitored_source="an SNN run evaluates",
-    no_early_stopping={
-        "spikingjelly": "SpikingJelly's train_classification loop has no hook or callback to "
-        "stop it early; use trainer.engine=cpu or trainer=classify",
+    retired_engines={
+        "cpu": "our CPU engine, which is gone: SpikingJelly's train_classification cannot "
+        "resume its checkpoints (experiments-eval and experiments-export still read them); "
+        "resume=null retrains this run in its directory, or use another hydra.run.dir",
     },
     completed_lines=completed_lines,
     evaluator="experiments.snn.evaluate",

@@ -107,7 +107,8 @@ class SNNPlan:
         """What a stop loses on SpikingJelly's loop (engines/spikingjelly_loop.py)."""
         interval = self.training_config.checkpoint_interval
         killed = (
-            f"at most {interval} step(s) (trainer.checkpoint_interval)"
+            f"at most {2 * interval} step(s) (a checkpoint every trainer.checkpoint_interval="
+            f"{interval} steps, each written in the background while the next steps train)"
             if interval
             else "every step since the start (trainer.checkpoint_interval=0)"
         )
@@ -415,7 +416,7 @@ def build_snn_plan(
             trainer, module.has_cuda(launcher), launcher["name"]
         )
         snn_trainer.check_cuda_graph(trainer, dims)
-        snn_trainer.check_accumulation(trainer, engine, dims)
+        snn_trainer.check_accumulation(trainer, dims)
     if trainer.get("memopt_level") and not caps.memopt:
         raise ConfigError(
             "trainer.memopt_level", trainer["memopt_level"], f"0: {model_name} has no memopt split"

@@ -1,15 +1,15 @@
 """Resuming an SNN run under another topology (issue 28), checked before launch.
 
-The CPU engine's checkpoints hold, per (pp, tp) shard, the full model and optimizer state
-over the data-parallel ranks (`get_state_dict(full_state_dict=True)`: FSDP2's shards
-gathered, DDP's replica once). So a checkpoint does not depend on the data-parallel layout:
-DDP <-> FSDP2, more or fewer data-parallel ranks, local <-> torchrun <-> Slurm all load the
-same files, and the sampler position (a per-rank batch index) means the same samples as long
-as the global batch is the same. A different TP/PP split is re-split from all the shards by
-the model builder's own merge and shard functions (engines/resplit.py); a model whose
-builder has no merge is refused naming the sizes that resume. The engine checks the global
-batch again when it loads (engines/cpu.py), so a worker, whose config the launching process
-has already rewritten, agrees.
+SpikingJelly's checkpoints hold, per (pp, tp) folder, the full model and optimizer state
+over the data-parallel ranks (`full_state_dict=True`: FSDP2's shards gathered, DDP's replica
+once). So a checkpoint does not depend on the data-parallel layout: DDP <-> FSDP2, more or
+fewer data-parallel ranks, local <-> torchrun <-> Slurm all load the same folders, and the
+sampler position (a per-rank batch index) means the same samples as long as the global
+batch is the same. A different TP/PP split is re-split from all the folders by the model
+builder's own merge and shard functions (engines/spikingjelly_resume.py); a model whose
+builder has no merge is refused naming the sizes that resume. The loop's resume checks the
+same again when it loads, so a worker, whose config the launching process has already
+rewritten, agrees.
 """
 
 from __future__ import annotations
@@ -18,18 +18,26 @@ from pathlib import Path
 from typing import Any
 
 from experiments.errors import ConfigError
-from experiments.run import checkpoint
-from experiments.run.reshard import global_batch_refused, newest_meta, refuse, resharded
+from experiments.run.reshard import global_batch_refused, refuse, resharded
+from experiments.snn.engines.spikingjelly_checkpoints import (
+    checkpoint_step,
+    read_mesh,
+    read_recipe,
+    torn_reason,
+)
 
-# TrainingConfig fields a checkpoint may differ in after a data-parallel reshard.
-RECIPE_FIELDS = ("data_parallel", "batch_size", "pipeline_microbatches")
-# ... and after a TP/PP re-split (engines/resplit.py).
-RESPLIT_FIELDS = (*RECIPE_FIELDS, "tensor_parallel_size", "pipeline_parallel_size")
 
-
-def global_batch(meta: dict[str, Any]) -> int:
-    dp = int(meta["mesh"]["shape"][0])
-    return dp * int(meta["recipe"]["batch_size"])
+def newest_checkpoint(root: Path) -> tuple[Path, dict[str, Any] | None] | None:
+    """The newest complete checkpoint under `root` and its mesh record (None: written
+    without one), or None when there is no complete checkpoint."""
+    if not root.is_dir():
+        return None
+    for folder in sorted(root.iterdir(), key=checkpoint_step, reverse=True):
+        if checkpoint_step(folder) < 0:
+            continue
+        if torn_reason(folder) is None:
+            return folder, read_mesh(folder)
+    return None
 
 
 def check(
@@ -42,33 +50,35 @@ def check(
     resume: Any = None,
     can_resplit: bool = False,
 ) -> None:
-    """The CPU engine resumes a data-parallel reshard; TP/PP changes and the other engines
-    are refused, and so is a global batch that would change (unless allowed). The same holds
-    for `resume=<checkpoint dir>` of another run, whatever topology wrote it."""
+    """A data-parallel reshard resumes; a TP/PP change resumes where the builder can merge;
+    the classic Trainer refuses any; so is a global batch that would change (unless
+    allowed). The same holds for `resume=<checkpoint dir>` of another run, whatever topology
+    wrote it."""
     named = None
-    if resume not in (None, "auto") and engine == "cpu":
+    if resume not in (None, "auto") and engine != "classify":
         path = Path(str(resume))
-        try:
-            named = path, checkpoint.read_meta(path)
-        except (OSError, ValueError):
-            named = None  # the engine says what is wrong with it, as before
+        named = (path, read_mesh(path)) if (path / "config.json").is_file() else None
     if not resharded(extensions) and named is None:
         return
-    if engine == "spikingjelly":
-        refuse(
-            "SpikingJelly's train_classification",
-            extensions,
-            "it resumes its step_N/ checkpoints only under the recipe that wrote them, "
-            "topology included: distributed/vision/training.py compares config.json",
-        )
     if engine == "classify":
         refuse("the classic Trainer", extensions, "its checkpoint holds the DDP replica it ran")
-    found = named or newest_meta(run_dir)
-    if found is None or "mesh" not in found[1]:
+    found = named or newest_checkpoint(run_dir / "checkpoints")
+    if found is None:
         return  # nothing to reshard: the run starts from its beginning
-    path, meta = found
-    old_dp, old_pp, old_tp = (int(n) for n in meta["mesh"]["shape"])
+    path, mesh = found
     new_dp, new_pp, new_tp = dims.mesh_shape
+    if mesh is None:
+        recipe = read_recipe(path)
+        old = (int(recipe["pipeline_parallel_size"]), int(recipe["tensor_parallel_size"]))
+        if resharded(extensions) or old != (new_pp, new_tp):
+            raise ConfigError(
+                "topology",
+                dims.describe(),
+                f"the recorded topology: {path} was written without mesh.json (the "
+                "data-parallel size it trained at), so it resumes only as it was written",
+            )
+        return
+    old_dp, old_pp, old_tp = (int(n) for n in mesh["mesh"]["shape"])
     if (old_pp, old_tp) != (new_pp, new_tp) and not can_resplit:
         raise ConfigError(
             "topology",
@@ -79,7 +89,7 @@ def check(
             "topology.tensor_parallel_size as recorded (the data-parallel size, DDP/FSDP2 "
             "and the launcher may change)",
         )
-    old, new = global_batch(meta), new_dp * batch_size
+    old, new = int(mesh["global_batch"]), new_dp * batch_size
     if old != new and not allow_batch_change:
         keeps = [f"trainer.global_batch_size={old}"]
         if old % new_dp == 0:

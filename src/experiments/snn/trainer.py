@@ -1,7 +1,7 @@
 """The trainer group for SNN runs (conf/trainer/default.yaml; trainer=classify is
-snn/classify_plan.py): its keys checked, and which engine and device a run gets
-(`trainer.engine=auto`: SpikingJelly's train_classification where the ranks have CUDA, our
-CPU engine otherwise)."""
+snn/classify_plan.py): its keys checked, and the device a run gets. Every run of this group
+trains with SpikingJelly's own `train_classification`: on CUDA where the launcher's ranks
+have it, on CPU ranks otherwise (engines/spikingjelly.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,15 @@ from experiments.errors import ConfigError
 from experiments.topology import ParallelDims
 from experiments.validation import arguments as check_args
 
-ENGINES = ("auto", "spikingjelly", "cpu")
+ENGINE = "spikingjelly"
+# auto (the default, shared with GAN runs): the family's library loop, for SNN runs SpikingJelly's
+# train_classification on CUDA or CPU ranks. `cpu` named our own loop, which is gone.
+ENGINES = ("auto", ENGINE)
+RETIRED_ENGINE = (
+    "auto: our CPU engine is gone; SpikingJelly's train_classification trains every "
+    "run of trainer=default, on CPU ranks too (drop the override, or write "
+    "trainer.engine=spikingjelly)"
+)
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 EXECUTION_MODES = ("eager", "compile", "cuda_graph")
 
@@ -32,6 +40,8 @@ def checked(trainer: dict[str, Any]) -> dict[str, Any]:
     check.integer(trainer["keep_checkpoints"], "trainer.keep_checkpoints", minimum=1)
     check.integer(trainer["log_every_n_steps"], "trainer.log_every_n_steps", minimum=1)
     check.integer(trainer["profile_steps"], "trainer.profile_steps", minimum=0)
+    if trainer["engine"] == "cpu":
+        raise ConfigError("trainer.engine", "cpu", RETIRED_ENGINE)
     check.choice(trainer["engine"], "trainer.engine", ENGINES)
     check.choice(trainer["precision"], "trainer.precision", PRECISIONS)
     check.choice(trainer["execution_mode"], "trainer.execution_mode", EXECUTION_MODES)
@@ -55,14 +65,10 @@ def checked(trainer: dict[str, Any]) -> dict[str, Any]:
 
 
 def engine_and_device(trainer: dict[str, Any], has_cuda: bool, launcher: str) -> tuple[str, str]:
-    """(engine, device). `auto` is SpikingJelly's train_classification where the ranks have
-    CUDA and our CPU engine otherwise; `spikingjelly` without CUDA runs the library's own loop
-    on CPU ranks over gloo (its CUDA-only calls mapped inside our processes:
-    engines/spikingjelly_cpu.py)."""
-    engine = trainer["engine"]
-    if engine == "auto":
-        engine = "spikingjelly" if has_cuda else "cpu"
-    device = "cuda" if engine == "spikingjelly" and has_cuda else "cpu"
+    """(engine, device): SpikingJelly's train_classification, on CUDA where the ranks have it
+    and on CPU ranks otherwise (its CUDA-only calls mapped inside our processes:
+    engines/spikingjelly_cpu.py), where only its fp32 eager path runs."""
+    device = "cuda" if has_cuda else "cpu"
     if device == "cpu":
         for key, value, default in (
             ("precision", trainer["precision"], "fp32"),
@@ -75,16 +81,9 @@ def engine_and_device(trainer: dict[str, Any], has_cuda: bool, launcher: str) ->
                     f"trainer.{key}",
                     value,
                     f"needs CUDA (SpikingJelly's train_classification on GPUs; {where}); "
-                    f"on CPU ranks both engines run {key}={default}",
+                    f"on CPU ranks it runs {key}={default}",
                 )
-    if engine == "spikingjelly" and trainer["profile_steps"]:
-        raise ConfigError(
-            "trainer.profile_steps",
-            trainer["profile_steps"],
-            "0: SpikingJelly's train_classification has no profiler hook; profiling is "
-            "for trainer.engine=cpu",
-        )
-    return engine, device
+    return ENGINE, device
 
 
 def check_cuda_graph(trainer: dict[str, Any], dims: ParallelDims) -> None:
@@ -135,21 +134,22 @@ def derive_batch(trainer: dict[str, Any], dims: Any) -> dict[str, Any]:
     }
 
 
-def check_accumulation(trainer: dict[str, Any], engine: str, dims: Any) -> None:
-    """Gradient accumulation is the CPU engine's: SpikingJelly's train_classification steps
-    the optimizer after every batch, and a pipeline splits its batch into micro-batches of
-    its own."""
+def check_accumulation(trainer: dict[str, Any], dims: Any) -> None:
+    """Gradient accumulation runs inside SpikingJelly's training step (engines/accumulation.py);
+    a pipeline splits its batch into micro-batches of its own instead, and a CUDA graph
+    replays one captured forward and backward per step."""
     steps = trainer.get("accumulation_steps", 1)
     if steps == 1:
         return
     per_rank = trainer["batch_size"]
-    if engine != "cpu":
+    if trainer.get("execution_mode") == "cuda_graph":
         raise ConfigError(
-            "trainer.batch_size",
-            trainer["batch_size_cap"],
-            f"{per_rank} (trainer.global_batch_size={trainer['global_batch_size']} needs "
-            f"{per_rank} images per rank and forward: {engine}'s loop has no gradient "
-            "accumulation; or trainer.engine=cpu)",
+            "trainer.execution_mode",
+            "cuda_graph",
+            f"eager or compile: trainer.global_batch_size={trainer['global_batch_size']} "
+            f"accumulates {steps} micro-batches a step, and a CUDA graph replays the one "
+            f"forward and backward it captured (or trainer.batch_size={per_rank}: no "
+            "accumulation)",
         )
     if dims.pipeline_parallel_size > 1:
         cap = trainer["batch_size_cap"]

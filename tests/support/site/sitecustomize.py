@@ -2,8 +2,9 @@
 folder on a child's PYTHONPATH; the package itself reads no fault switch.
 
 EXPERIMENTS_TEST_KILL_DURING_SAVE=N: the process SIGKILLs itself while saving the step-N
-checkpoint, after its shard is on disk in the hidden `.step_N.partial` folder and before the
-checkpoint is sealed (meta.json, rename): a crash in the middle of a save.
+checkpoint, after torch's DCP writer has put its shard's data files on disk and before it
+writes the shard's `.metadata` (the last file of a complete checkpoint): a crash in the
+middle of a save.
 
 EXPERIMENTS_TEST_FAIL_RANK=R: the torch.distributed rank R (RANK in its environment) raises
 RuntimeError("injected failure on rank R") instead of joining the process group, while its
@@ -47,29 +48,20 @@ def _kill_during_save(kill_step: int) -> None:
     import signal
     from pathlib import Path
 
-    from experiments.run import checkpoint
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
 
-    original = checkpoint.save
+    original = FileSystemWriter.finish
+    folder = f"step_{kill_step:08d}"
 
     @functools.wraps(original)
-    def save(root, step, state, meta, *, barrier, shard, **kwargs):
-        if step != kill_step:
-            return original(root, step, state, meta, barrier=barrier, shard=shard, **kwargs)
-        final = checkpoint.step_dir(Path(root), step)
-        # Where the shard lands: the hidden partial folder (or, were saving ever made
-        # non-atomic, the step folder itself: the crash must still happen, and be caught).
-        written = (final.parent / f".{final.name}.partial" / shard, final / shard)
+    def finish(self, *args, **kwargs):
+        # The writer's path is <run>/checkpoints/step_N/pp_*_tp_*: its data files are written,
+        # its .metadata (written by this call) is not.
+        if Path(str(self.path)).parent.name == folder:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(self, *args, **kwargs)
 
-        def barrier_or_die() -> None:
-            # The first barrier after this rank's shard is on disk: the other ranks' shards
-            # and the seal (meta.json, rename) are still to come.
-            if any(path.is_file() for path in written):
-                os.kill(os.getpid(), signal.SIGKILL)
-            barrier()
-
-        return original(root, step, state, meta, barrier=barrier_or_die, shard=shard, **kwargs)
-
-    checkpoint.save = save
+    FileSystemWriter.finish = finish
 
 
 if _KILL_DURING_SAVE:
@@ -81,17 +73,17 @@ def _kill_point(name: str) -> None:
     import signal
     from pathlib import Path
 
-    from experiments.run import checkpoint
+    from spikingjelly.activation_based.distributed.vision import training
 
-    original = checkpoint.save
+    original = training._save_checkpoint
 
     @functools.wraps(original)
-    def save(root, *args, **kwargs):
-        if Path(root).parent.name == name:
+    def save(path, *args, **kwargs):
+        if Path(path).parent.parent.name == name:  # <run>/checkpoints/step_N
             os.kill(os.getpid(), signal.SIGKILL)
-        return original(root, *args, **kwargs)
+        return original(path, *args, **kwargs)
 
-    checkpoint.save = save
+    training._save_checkpoint = save
 
 
 if _KILL_POINT:

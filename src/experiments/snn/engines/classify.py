@@ -8,7 +8,7 @@ subclass, and nothing more than the seams it offers:
 - its arguments come from its own `get_args_parser()`, filled from our groups (planning
   parses them in `snn/classify_plan.py`, so a value it would reject is refused before launch);
 - `load_ImageNet` is replaced by our data group's builder, `load_model` builds the model from
-  the composed ModelConfig's builder exactly as the CPU engine does, `set_optimizer` builds
+  the composed ModelConfig's builder as SpikingJelly's loop does, `set_optimizer` builds
   our optimizer group's class;
 - `preprocess_*_sample` make the time dimension ([N,C,H,W] repeated T times, or an
   [N,T,C,H,W] sequence moved time-first), `process_model_output` reads out the mean over T;
@@ -293,7 +293,7 @@ def _trainer_class() -> type:
             return train_set, val_set, train_sampler, val_sampler
 
         def load_model(self, args: argparse.Namespace, num_classes: int) -> torch.nn.Module:
-            """The ModelConfig's builder, as the CPU engine calls it (whole model, one stage)."""
+            """The ModelConfig's builder as SpikingJelly's loop calls it (whole model, a stage)."""
             from experiments.snn.models import build_single_process_model
 
             model = build_single_process_model(

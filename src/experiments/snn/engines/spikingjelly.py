@@ -1,4 +1,5 @@
-"""SpikingJelly's own `train_classification`, on CUDA ranks (NCCL) or on CPU ranks (gloo).
+"""The SNN engine: SpikingJelly's own `train_classification`, on CUDA ranks (NCCL) or on CPU
+ranks (gloo), for every topology.
 
 Nothing of the training is ours: the library builds the mesh, the model, the loaders, runs
 its loop and writes its checkpoints (`<run>/checkpoints/step_N/`: config.json and one DCP
@@ -8,21 +9,22 @@ folder per (pp, tp) rank). What is ours, around it:
   single-process run needs no launcher (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT are set for
   it) and we can agree on things across ranks before the loop starts;
 - on CPU, its CUDA-only calls mapped to CPU inside this process (spikingjelly_cpu.py);
-- resume: rank 0 picks the newest complete checkpoint (`.metadata` in every pp_*_tp_*
-  folder) and broadcasts it; torn folders are removed with one line each; resume=null
-  clears old step folders; metrics.jsonl/steps.jsonl are cut back to the resumed step;
-- a step hook (spikingjelly_loop.py): steps.jsonl and the loggers' train/loss every
-  log_every_n_steps, check_replicas, keep_checkpoints, a checkpoint at the last step and at
-  SIGTERM/SIGUSR2 (then the run ends `interrupted`), through the names the loop looks up;
-- its per-epoch JSON lines (loguru, rank 0) into metrics.jsonl and the loggers.
+- which checkpoint resumes: rank 0 lists the complete ones (`.metadata` in every pp_*_tp_*
+  folder) newest first and broadcasts them; torn folders are removed with one line each;
+  resume=null clears old step folders; loading, resharding and falling back to an older
+  checkpoint happen inside the loop (spikingjelly_resume.py);
+- everything the loop's seam adds (spikingjelly_loop.py): steps.jsonl and the loggers,
+  check_replicas, keep_checkpoints, a checkpoint at the last step and at SIGTERM/SIGUSR2
+  (the run then ends `interrupted`), the epoch records, early stopping and a search's
+  pruner, gradient accumulation, the profiler, the progress bar.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
+import math
 import os
 import shutil
 import socket
@@ -32,36 +34,41 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from experiments import distributed_env
-from experiments.run.record import NoSpaceError, RunRecorder
+from experiments import collectives, distributed_env
+from experiments.run.early_stopping import Monitor
+from experiments.run.record import METRICS, RunRecorder, read_jsonl
 from experiments.run.stop import GracefulStop
-from experiments.snn.engines.spikingjelly_checkpoints import checkpoint_step, scan_checkpoints
+from experiments.snn.engines.profiling import StepProfiler, summary_metrics
+from experiments.snn.engines.spikingjelly_checkpoints import (
+    BEST,
+    remove_newer_than,
+    scan_checkpoints,
+)
 from experiments.snn.plan import SNNPlan
 
 log = logging.getLogger(__name__)
 
 
-def _decide_resume(plan: SNNPlan) -> Path | None:
+def _candidates(plan: SNNPlan) -> list[str]:
     """Rank 0's decision, taken before any rank trains (the others get it by broadcast).
 
-    resume=auto: the newest complete checkpoint. Torn folders (newer or not) are removed, one
-    line each: the library raises FileExistsError when it reaches a step whose folder exists.
-    resume=null: every step folder goes (a fresh start must not meet its old checkpoints).
-    resume=<dir>: that checkpoint."""
+    resume=auto: the complete checkpoints, newest first. Torn folders (newer or not) are
+    removed, one line each: the library raises FileExistsError when it reaches a step whose
+    folder exists. resume=null: every step folder goes (a fresh start must not meet its old
+    checkpoints). resume=<dir>: that checkpoint."""
     root = plan.training_config.checkpoint_dir
     assert root is not None
     if plan.resume is None:
         if root.exists():
             shutil.rmtree(root)
-        return None
+        return []
     if plan.resume != "auto":
-        return Path(plan.resume)
-    complete, torn = scan_checkpoints(root, plan.dims.pipeline_parallel_size
-                                      * plan.dims.tensor_parallel_size)  # fmt: skip
+        return [str(plan.resume)]
+    complete, torn = scan_checkpoints(root)
     for folder, reason in torn:
         log.warning("skipping torn checkpoint %s (%s); removed", folder, reason)
         shutil.rmtree(folder, ignore_errors=True)
-    return complete[0] if complete else None
+    return [str(path) for path in complete]
 
 
 # --- process group ------------------------------------------------------------------------
@@ -103,153 +110,157 @@ def _init_process_group(device: str) -> bool:
     return True
 
 
-def _broadcast(value: Any) -> Any:
-    holder = [value]
-    dist.broadcast_object_list(holder, src=0)
-    return holder[0]
-
-
-def _gather(value: Any) -> list[Any]:
-    values: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(values, value)
-    return values
-
-
-def peak_memory_mb() -> float:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-# --- the library's per-epoch lines --------------------------------------------------------
-
-
-def _metrics_sink(recorder: RunRecorder, hooks: Any) -> Any:
-    """SpikingJelly logs (through loguru) one JSON object per epoch on rank 0. The line of
-    an epoch cut short by a stop signal is not an epoch's record: it is dropped."""
-
-    def sink(message: Any) -> None:
-        try:
-            value = json.loads(message.record["message"])
-        except ValueError:
-            return
-        if not isinstance(value, dict) or "validation_accuracy" not in value:
-            return
-        if hooks.stopping:
-            return
-        try:
-            _log_epoch(recorder, hooks, value)
-        except NoSpaceError as error:  # loguru would print a traceback and go on
-            hooks.full = hooks.full or error  # the engine ends the run with it, in one line
-
-    return sink
-
-
-def _log_epoch(recorder: RunRecorder, hooks: Any, value: dict[str, Any]) -> None:
-    recorder.log_metrics(
-        {
-            "step": value["optimizer_step"],
-            "epoch": value["epoch"],
-            # the library's: the epoch's sample-weighted mean over all data-parallel ranks
-            "train_loss": value["train_loss"],
-            "val_loss": value["validation_loss"],
-            "val_accuracy": value["validation_accuracy"],
-            "lr": hooks.learning_rate(),
-        }
-    )
-
-
-@contextlib.contextmanager
-def _library_log(recorder: RunRecorder, hooks: Any):
-    from spikingjelly.logger import logger
-
-    logger.enable("spikingjelly")
-    sink_id = logger.add(
-        _metrics_sink(recorder, hooks),
-        level="INFO",
-        filter=lambda record: record["name"].startswith("spikingjelly"),
-    )
-    try:
-        yield
-    finally:
-        logger.remove(sink_id)
-
-
 # --- the run ------------------------------------------------------------------------------
 
 
 def train(plan: SNNPlan, recorder: RunRecorder) -> dict[str, Any]:
-    from spikingjelly.activation_based.distributed.vision import training
-
-    from experiments.snn.engines.spikingjelly_loop import LoopHooks
-
     initialized_here = _init_process_group(plan.device)
-    device = distributed_env.collective_device()  # NCCL: this rank's GPU; gloo: CPU
     from experiments.launchers.local import is_sweep_point  # Ctrl-C at a local sweep
 
-    graceful = distributed_env.in_slurm_job() or is_sweep_point()  # as the CPU engine
+    graceful = distributed_env.in_slurm_job() or is_sweep_point()
     stop = GracefulStop().install() if graceful else None
     try:
-        decided = _decide_resume(plan) if dist.get_rank() == 0 else None
-        resume = _broadcast(str(decided) if decided is not None else None)
-        config = plan.training_config
-        if resume is not None:
-            config = dataclasses.replace(config, resume=Path(resume))
-            step = checkpoint_step(Path(resume))
-            recorder.truncate_logs(after_step=max(step, 0))
-            recorder.summary["resumed_from"] = resume
-            recorder.summary["resumes"] = recorder.summary.get("resumes", 0) + 1
-            log.info("resuming SpikingJelly's loop from %s", resume)
-        else:
-            recorder.truncate_logs(after_step=0)
-        recorder.summary["ranks"] = ranks = _gather(_placement(plan))
-        recorder.summary["restarts"] = distributed_env.restarts(ranks)
-        dist.barrier()  # rank 0's clean-up is done before any rank looks at the folders
-
-        hooks = LoopHooks(plan, recorder, config, device, stop)
-        mapping = contextlib.nullcontext()
-        if plan.device == "cpu":
-            from experiments.snn.engines.spikingjelly_cpu import cpu_mapping
-
-            mapping = cpu_mapping()
-        try:
-            with mapping, hooks.installed(training), _library_log(recorder, hooks):
-                result = training.train_classification(hooks.config)
-        except BaseException:  # DCP's CheckpointException too
-            if hooks.full is not None:  # not the writer's error its clean-up raised again
-                raise hooks.full from None
-            raise
-        if hooks.full is not None:  # an epoch's record did not fit (the loop went on)
-            raise hooks.full
-        hooks.prune()
-        if hooks.ranks is not None:
-            recorder.summary["ranks"] = hooks.ranks
-        memory = _gather(peak_memory_mb())
-        if hooks.stopping:
-            assert stop is not None
-            log.warning("stopping at step %d on signal %s; checkpoint saved", hooks.step,
-                        stop.received)  # fmt: skip
-            stop.hand_over()
+        return _Run(plan, recorder, stop).train()
     finally:
         if stop is not None:
             stop.restore()
         if initialized_here and dist.is_initialized():
             dist.destroy_process_group()
-    peak = result["peak_memory_bytes"] / 2**20 if plan.device == "cuda" else max(memory)
-    return {
-        "val_accuracy": result["validation_accuracy"],
-        "val_loss": result["validation_loss"],
-        # SpikingJelly's train_loss: the last epoch's mean (not the last step's loss)
-        "train_loss": result["train_loss"],
-        "train_loss_kind": "last epoch mean",
-        "last_step_loss": hooks.last_loss,
-        "images_per_second": result["images_per_second"],
-        "steps": int(result["optimizer_step"]),
-        "global_batch": int(result["global_batch_size"]),
-        "peak_memory_mb": peak,
-        "peak_memory_mb_per_rank": memory,
-        "library_result": result,
-    }
+
+
+class _Run:
+    def __init__(self, plan: SNNPlan, recorder: RunRecorder, stop: GracefulStop | None) -> None:
+        from experiments.snn.engines.spikingjelly_loop import LoopHooks
+        from experiments.snn.engines.spikingjelly_resume import Resume
+
+        self.plan = plan
+        self.recorder = recorder
+        self.stop = stop
+        candidates = [Path(p) for p in collectives.broadcast_from_rank0(
+            _candidates(plan) if dist.get_rank() == 0 else None
+        )]  # fmt: skip
+        config = plan.training_config
+        resume = None
+        if candidates:
+            config = dataclasses.replace(config, resume=candidates[0])
+            resume = Resume(
+                candidates,
+                plan.dims.data_parallel_size,
+                bool(plan.trainer.get("allow_global_batch_change", False)),
+                self._loaded,
+            )
+        else:
+            recorder.truncate_logs(after_step=0)
+        recorder.summary["ranks"] = ranks = collectives.gather(_placement(plan))
+        recorder.summary["restarts"] = distributed_env.restarts(ranks)
+        dist.barrier()  # rank 0's clean-up is done before any rank looks at the folders
+        self.monitor = Monitor.for_plan(plan, recorder.summary,
+                                        agree=collectives.broadcast_from_rank0)  # fmt: skip
+        self.profiler = StepProfiler(
+            int(plan.trainer.get("profile_steps", 0) or 0), plan.run_dir, dist.get_rank()
+        )
+        self.hooks = LoopHooks(plan, recorder, config, distributed_env.collective_device(), stop,
+                               self.monitor, self.profiler, resume)  # fmt: skip
+
+    def _loaded(self, path: Path, step: int) -> None:
+        """Every rank loaded `path` (at `step`): the records and the checkpoints go back to that
+        step, and the monitor replays the evaluations the records keep (its best, its
+        patience count)."""
+        if dist.get_rank() == 0:
+            root = self.plan.training_config.checkpoint_dir
+            for folder in remove_newer_than(root, step):
+                log.warning("removed %s: newer than the checkpoint resumed (step %d)", folder, step)
+        dist.barrier()
+        self.recorder.truncate_logs(after_step=max(step, 0))
+        self.recorder.summary["resumed_from"] = str(path)
+        self.recorder.summary["resumes"] = self.recorder.summary.get("resumes", 0) + 1
+        log.info("resuming SpikingJelly's loop from %s", path)
+        if self.monitor.active:
+            kept = read_jsonl(self.plan.run_dir / METRICS)[0] if dist.get_rank() == 0 else None
+            self.monitor.replay(collectives.broadcast_from_rank0(kept))
+            best = (
+                self.plan.training_config.checkpoint_dir
+                / BEST
+                / f"step_{self.monitor.best_step or 0:08d}"
+            )
+            if self.monitor.best_step is not None and best.is_dir():
+                self.monitor.kept(best)
+
+    def train(self) -> dict[str, Any]:
+        from spikingjelly.activation_based.distributed.vision import training
+
+        from experiments.snn.engines.spikingjelly_loop import EarlyStopped
+
+        plan, hooks = self.plan, self.hooks
+        mapping: Any = contextlib.nullcontext()
+        if plan.device == "cpu":
+            from experiments.snn.engines.spikingjelly_cpu import cpu_mapping
+
+            mapping = cpu_mapping()
+        result = None
+        try:
+            with mapping, hooks.installed(training):
+                self.profiler.start()
+                result = training.train_classification(hooks.config)
+        except EarlyStopped:
+            pass
+        except BaseException:  # DCP's CheckpointException too
+            if hooks.saves.full is not None:  # not the writer's error its clean-up raised again
+                raise hooks.saves.full from None
+            raise
+        finally:
+            self.profiler.stop()
+        if hooks.saves.full is not None:  # an epoch's record did not fit (the loop went on)
+            raise hooks.saves.full
+        hooks.saves.prune()
+        if hooks.ranks is not None:
+            self.recorder.summary["ranks"] = hooks.ranks
+        metrics = self._metrics(result)
+        if hooks.stopping:
+            assert self.stop is not None
+            log.warning("stopping at step %d on signal %s; checkpoint saved", hooks.step,
+                        self.stop.received)  # fmt: skip
+            self.stop.hand_over()
+        return metrics
+
+    def _metrics(self, result: dict[str, Any] | None) -> dict[str, Any]:
+        """The run's metrics: the library's result, or (stopped early) the last epoch's."""
+        hooks, plan = self.hooks, self.plan
+        memory = collectives.gather(_peak_memory_mb(hooks))
+        profile = summary_metrics(collectives.gather(self.profiler.digest))
+        last = hooks.evaluations.last or {}
+        if result is None or math.isnan(result["validation_accuracy"]):
+            result = {
+                "validation_accuracy": last.get("val_accuracy", math.nan),
+                "validation_loss": last.get("val_loss", math.nan),
+                "train_loss": last.get("train_loss", math.nan),
+                "images_per_second": last.get("images_per_second") or math.nan,
+                "optimizer_step": hooks.step,
+                "global_batch_size": plan.global_batch,
+                "peak_memory_bytes": 0.0,
+            }
+        peak = result["peak_memory_bytes"] / 2**20 if plan.device == "cuda" else max(memory)
+        return {
+            "val_accuracy": result["validation_accuracy"],
+            "val_loss": result["validation_loss"],
+            # SpikingJelly's train_loss: the last epoch's mean (not the last step's loss)
+            "train_loss": result["train_loss"],
+            "train_loss_kind": "last epoch mean",
+            "last_step_loss": hooks.last_loss,
+            "images_per_second": result["images_per_second"],
+            "steps": int(result["optimizer_step"]),
+            "global_batch": int(result["global_batch_size"]),
+            "peak_memory_mb": peak,
+            "peak_memory_mb_per_rank": memory,
+            **profile,
+            "library_result": result,
+        }
+
+
+def _peak_memory_mb(hooks: Any) -> float:
+    from experiments.snn.engines.spikingjelly_loop import peak_memory_mb
+
+    return peak_memory_mb(hooks.device)
 
 
 def _placement(plan: SNNPlan) -> dict[str, Any]:

@@ -1,33 +1,57 @@
-"""SpikingJelly's `step_N/` checkpoints: which are complete, which are torn.
+"""SpikingJelly's `step_N/` checkpoints: which are complete, which are torn, what they hold.
 
-Read by the engine (resume), its step hook (keep_checkpoints) and experiments-eval, so it
-lives apart from all three (the engine and its hook would otherwise import each other).
+A checkpoint is the library's: `config.json` (its recipe) and one DCP folder per (pp, tp)
+rank, each holding the full state over the data-parallel ranks (`full_state_dict=True`).
+Beside them rank 0 writes one small file of ours, `mesh.json`: the mesh and global batch
+that wrote it, which the recipe does not record (the data-parallel size) and which a resume
+under another topology needs (snn/reshard.py, spikingjelly_resume.py).
+
+Read by the engine (resume), its hooks (keep_checkpoints, saves) and experiments-eval, so it
+lives apart from all of them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import pickle
 import re
 import shutil
+import types
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, ClassVar
 
-from experiments.run.record import NoSpaceError, free_bytes, no_space
+from experiments.run.record import NoSpaceError, free_bytes, no_space, write_json_atomic
 
 STEP_FOLDER = re.compile(r"^step_(\d+)$")
+MESH_FILE = "mesh.json"
+BEST = "best"  # the best evaluation's checkpoint (early stopping): checkpoints/best/step_N/
 
 
 def checkpoint_step(path: Path) -> int:
-    match = STEP_FOLDER.match(path.name)
+    match = STEP_FOLDER.match(Path(path).name)
     return int(match.group(1)) if match else -1
 
 
-def torn_reason(path: Path, shards: int) -> str | None:
+def shard_folder(pp_rank: int, tp_rank: int) -> str:
+    return f"pp_{pp_rank:04d}_tp_{tp_rank:04d}"
+
+
+def torn_reason(path: Path, shards: int | None = None) -> str | None:
     """Why a `step_N/` folder is not a complete SpikingJelly checkpoint (None: complete).
 
     The library writes config.json before `dcp.async_save` starts; DCP writes `.metadata`
     last, after every data file. Complete = config.json and `.metadata` in each of the
-    `shards` (pp x tp) folders."""
+    `shards` (pp x tp) folders: as many as its own recipe says when not given (a checkpoint
+    of another topology is complete as written)."""
     if not (path / "config.json").is_file():
         return "no config.json"
+    if shards is None:
+        try:
+            shards = written_shards(path)
+        except (OSError, ValueError, KeyError) as error:
+            return f"config.json unreadable ({error})"
     folders = sorted(path.glob("pp_*_tp_*"))
     if len(folders) != shards:
         return f"{len(folders)} of {shards} pp_*_tp_* folders"
@@ -35,8 +59,9 @@ def torn_reason(path: Path, shards: int) -> str | None:
     return f"no .metadata in {', '.join(missing)}" if missing else None
 
 
-def scan_checkpoints(root: Path, shards: int) -> tuple[list[Path], list[tuple[Path, str]]]:
-    """(complete checkpoints newest first, [(torn folder, why)])."""
+def scan_checkpoints(root: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """(complete checkpoints newest first, [(torn folder, why)]), each judged by its own
+    recipe's pp x tp."""
     if not root.is_dir():
         return [], []
     folders = sorted(
@@ -46,7 +71,7 @@ def scan_checkpoints(root: Path, shards: int) -> tuple[list[Path], list[tuple[Pa
     )
     complete, torn = [], []
     for folder in folders:
-        reason = torn_reason(folder, shards)
+        reason = torn_reason(folder)
         if reason is None:
             complete.append(folder)
         else:
@@ -54,16 +79,156 @@ def scan_checkpoints(root: Path, shards: int) -> tuple[list[Path], list[tuple[Pa
     return complete, torn
 
 
-def newest_spikingjelly_checkpoint(root: Path, shards: int = 1) -> Path | None:
-    complete, _ = scan_checkpoints(root, shards)
-    return complete[0] if complete else None
+def written_shards(path: Path) -> int:
+    """How many (pp, tp) folders the recipe of the checkpoint at `path` asks for."""
+    recipe = read_recipe(path)
+    return int(recipe.get("pipeline_parallel_size", 1)) * int(recipe.get("tensor_parallel_size", 1))
+
+
+def read_recipe(path: Path) -> dict[str, Any]:
+    return json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+
+
+def write_mesh(path: Path, mesh: dict[str, Any], global_batch: int) -> None:
+    write_json_atomic(Path(path) / MESH_FILE, {"mesh": mesh, "global_batch": global_batch})
+
+
+def read_mesh(path: Path) -> dict[str, Any] | None:
+    """What `write_mesh` recorded, or None (a checkpoint written without it)."""
+    try:
+        return json.loads((Path(path) / MESH_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+class _TorchLoadingWeightsOnly(types.SimpleNamespace):
+    """torch, whose `load` unpickles only tensors, numbers, strings and containers."""
+
+    def load(self, f: Any, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        kwargs["weights_only"] = True
+        return torch.load(f, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        import torch
+
+        return getattr(torch, name)
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """A DCP `.metadata` file's unpickler that builds only what such a file holds: DCP's
+    own metadata classes, torch sizes, dtypes and layouts, paths."""
+
+    MODULES: ClassVar = (
+        "torch.distributed.checkpoint.metadata",
+        "torch.distributed.checkpoint.filesystem",
+    )
+    NAMES: ClassVar = {("torch", "Size"), ("torch.serialization", "_get_layout"),
+             ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath")}  # fmt: skip
+
+    def find_class(self, module: str, name: str) -> Any:
+        import torch
+
+        found = super().find_class(module, name) if module in (*self.MODULES, "torch") else None
+        allowed = (
+            (module, name) in self.NAMES
+            or (module in self.MODULES and isinstance(found, type))
+            or (module == "torch" and isinstance(found, torch.dtype))
+        )
+        if not allowed:
+            raise pickle.UnpicklingError(f"{module}.{name} is not part of a checkpoint's metadata")
+        return found if found is not None else super().find_class(module, name)
+
+
+class _PickleForMetadata(types.SimpleNamespace):
+    """pickle, whose `load` is the metadata unpickler's."""
+
+    def load(self, file: Any) -> Any:
+        return _MetadataUnpickler(file).load()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(pickle, name)
+
+
+@contextlib.contextmanager
+def weights_only() -> Iterator[None]:
+    """While a checkpoint loads, nothing in it can run code. torch's DCP reads a folder's
+    `.metadata` with a plain `pickle.load`, and its planner a checkpoint's non-tensor values
+    (optimizer hyper-parameters, the scheduler's state) with `torch.load(weights_only=False)`.
+    Here the first builds only DCP's own metadata classes, and the second goes through
+    `weights_only=True`: everything a state dict holds loads, nothing else is unpickled."""
+    from torch.distributed.checkpoint import default_planner, filesystem
+
+    originals = default_planner.torch, filesystem.pickle
+    default_planner.torch, filesystem.pickle = _TorchLoadingWeightsOnly(), _PickleForMetadata()
+    try:
+        yield
+    finally:
+        default_planner.torch, filesystem.pickle = originals
+
+
+def unwrapped(error: BaseException) -> BaseException:
+    """DCP reports a read or write that failed as CheckpointException, a BaseException that
+    holds each rank's own error: the first of those (a plain exception callers can catch and
+    name); any other error as it is."""
+    failures = getattr(error, "failures", None)
+    if isinstance(failures, dict) and failures:
+        cause = next(iter(failures.values()))
+        return cause[0] if isinstance(cause, tuple) else cause
+    return error
+
+
+def read_shard(folder: Path) -> dict[str, Any]:
+    """One (pp, tp) DCP folder as a plain nested state dict (model, optimizer, scheduler,
+    scaler, rng, progress), read in this process without a process group."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    state: dict[str, Any] = {}
+    try:
+        with weights_only():
+            _load_state_dict(
+                state,
+                storage_reader=FileSystemReader(folder),
+                planner=_EmptyStateDictLoadPlanner(),
+                no_dist=True,
+            )
+    except BaseException as error:  # DCP's CheckpointException: its rank's own error
+        cause = unwrapped(error)
+        if cause is error:
+            raise
+        raise cause from None
+    return state
 
 
 def _folder_bytes(folder: Path) -> int:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
 
-def no_space_in_save(error: BaseException, path: Path, shards: int) -> NoSpaceError | None:
+def remove_all_but_newest(root: Path, keep: int) -> None:
+    """keep_checkpoints: complete checkpoints beyond the newest `keep` are removed (an
+    in-flight one has no .metadata yet: it is neither counted nor touched)."""
+    complete, _ = scan_checkpoints(root)
+    for old in complete[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def remove_newer_than(root: Path, step: int) -> list[Path]:
+    """The step folders under `root` (and its best/) past `step`: after a resume from `step`
+    they belong to a trajectory the run no longer follows (a newer checkpoint that could not
+    be loaded, or one past a checkpoint named with resume=), and the library would stop with
+    FileExistsError on reaching one. Removed; returned for the log."""
+    removed = []
+    for folder in [*root.glob("step_*"), *(root / BEST).glob("step_*")]:
+        if folder.is_dir() and checkpoint_step(folder) > step:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return sorted(removed)
+
+
+def no_space_in_save(error: BaseException, path: Path) -> NoSpaceError | None:
     """The NoSpaceError behind a failed save of `path` (a `step_N/` folder), or None when the
     failure is something else. torch's DCP writer may hide the errno (its zip writer reports
     only "unexpected pos"): then it is a full disk if the checkpoint cannot fit in what is free
@@ -76,7 +241,7 @@ def no_space_in_save(error: BaseException, path: Path, shards: int) -> NoSpaceEr
     written = _folder_bytes(path) if path.exists() else 0
     if dist.get_rank() == 0:
         shutil.rmtree(path, ignore_errors=True)
-    complete, _ = scan_checkpoints(path.parent, shards)
+    complete, _ = scan_checkpoints(path.parent)
     needed = max([written, *(_folder_bytes(folder) for folder in complete[:1])])
     free = free_bytes(path.parent)
     if cause is None and (free is None or needed <= free):

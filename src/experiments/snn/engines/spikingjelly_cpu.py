@@ -1,7 +1,7 @@
 """SpikingJelly's `train_classification` on CPU ranks over gloo, unmodified on disk.
 
 `distributed/vision/training.py` (SpikingJelly 2.0.0) asks for CUDA in a handful of places
-(ENVIRONMENT.md lists them). Inside our rank processes only, and only while the library's
+(listed below). Inside our rank processes only, and only while the library's
 loop runs, those names are mapped to their CPU equivalents:
 
 - the module's own `torch` name becomes a view of torch (`view_of_torch`) whose `cuda`
@@ -15,9 +15,9 @@ loop runs, those names are mapped to their CPU equivalents:
   device, which DDP refuses);
 - pipeline stages infer their boundary shapes at run time: with the static
   `input_args`/`output_args` the library passes, gloo delivers `None` output gradients to
-  stage 0 (ENVIRONMENT.md, measured). The shapes are the same; only who states them differs.
+  stage 0 (measured with torch 2.14.1). The shapes are the same; only who states them differs.
 
-The process group itself (gloo here, NCCL on CUDA) is initialised by our engine before the
+The process group itself (gloo here, NCCL on CUDA) is initialised by the engine before the
 library's loop starts (engines/spikingjelly.py), so the library neither creates nor destroys
 it. Everything is restored on exit.
 """
@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import contextlib
 import types
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 CPU = torch.device("cpu")
+# The library's loaders always ask for pinned memory; there is nothing to pin on a CPU rank.
+warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as true.*")
 
 
 class CudaOnCPU:

@@ -1,28 +1,42 @@
-"""A step hook in SpikingJelly's `train_classification`, which has no hooks or callbacks.
+"""The one seam into SpikingJelly's `train_classification`, which has no hooks or callbacks.
 
-The loop calls `torch.cuda.synchronize(device)` exactly twice per optimizer step, on every
-rank and in every topology (before the step's timer starts, and after the optimizer and
-scheduler steps, before `global_step += 1` and its checkpoint test). Its module's `torch`
-name is replaced, while the loop runs in this process, by a view whose `cuda.synchronize`
-calls the real one (or the CPU no-op) and then, on the second call of each step, our hook
-with the loop's frame. The hook reads the step's locals (`global_step`, `loss`, `model`,
-`optimizer`, `dp_group`, `dp_size`, `train_loader`) and, on every rank alike:
+Written against spikingjelly 2.0.0 (`distributed/vision/training.py`; pinned in
+pyproject.toml). `tests/test_loop_seam.py` reads the installed loop and fails, naming the
+installed version, when any name below is gone. Everything here happens inside our rank
+processes, only while the loop runs, and is restored on exit: nothing is edited on disk.
 
-- every `log_every_n_steps` (and at the last step): the step's loss averaged over the
-  data-parallel ranks into steps.jsonl and the loggers' train/loss, with
-  `replica_max_diff` when check_replicas is set;
-- with a stop signal installed (Slurm tasks): agrees on it across ranks (one all-reduce);
-- decides whether this step is saved: at the last step (the library saves only every
-  `checkpoint_interval` steps) and at an agreed stop. The library's own `_save_checkpoint`
-  then writes it, because its test `global_step % config.checkpoint_interval == 0` reads
-  a config whose `checkpoint_interval` answers 1 for that step (`_live_config`); at a stop,
-  `max_steps` answers 0 so the loop breaks right after the save, and its end-of-epoch
-  validation is skipped (`_evaluate*` answer NaN; that line is not recorded);
-- keep_checkpoints: rank 0 removes complete checkpoints beyond the newest N;
-- a checkpoint write that runs out of space or quota ends the run in one line
-  (NoSpaceError), its cut-short `step_N/` removed (`_space_checked`).
+The module globals the loop looks up at call time, and what they answer instead (`REPLACED`):
 
-A stop therefore loses nothing: the checkpoint is of the step during which the signal came.
+- `torch`: a view whose `cuda.synchronize` also calls our step hook (the loop calls it
+  exactly twice per optimizer step, on every rank and topology: before the step's timer
+  starts, and after the optimizer and scheduler steps); on CPU ranks its CUDA names mapped
+  to the CPU as well (spikingjelly_cpu.py);
+- `dist`: torch.distributed with `new_group` keeping torch's group counter equal on every
+  rank (`DistView`);
+- `_build_loaders`: the library's loaders, the training one resumable mid-epoch without
+  loading the batches already trained (`ResumableLoader`);
+- `_load_checkpoint`: the library's load inside our resume (spikingjelly_resume.py:
+  candidates, another data-parallel layout, a TP/PP re-split, the data position);
+- `_save_checkpoint` / `_finish_checkpoint`: the library's, with `mesh.json` beside each
+  checkpoint and a full disk turned into one line (NoSpaceError);
+- `_evaluate` / `_evaluate_pipeline`: the library's validation, then our evaluation hook
+  (the epoch's record, early stopping, a search's pruner, the best checkpoint); skipped once
+  a stop is agreed;
+- `_forward_classification` / `_classification_loss`: gradient accumulation, only when the
+  plan splits a rank's batch (accumulation.py).
+
+The loop's locals each hook reads, from the caller's frame: `STEP_LOCALS` at the step hook,
+`EVALUATION_LOCALS` at the evaluation hook, `TRAIN_STEP_LOCALS` in the nested `train_step`.
+
+What the step hook does, on every rank alike: steps.jsonl and the loggers' train/loss every
+`log_every_n_steps` (and at the last step), the loss averaged over the data-parallel ranks,
+with `replica_max_diff` when check_replicas is set; the progress bar; the profiler's step;
+with a stop signal installed (Slurm tasks, local sweep points) one all-reduce agreeing on it;
+and whether this step is saved: at the last step (the library saves only every
+`checkpoint_interval` steps) and at an agreed stop. The library's own `_save_checkpoint` then
+writes it: its test `global_step % config.checkpoint_interval == 0` reads a config whose
+`checkpoint_interval` answers 1 for that step (`_live_config`); at a stop `max_steps`
+answers 0, so the loop breaks right after the save. A stop therefore loses nothing.
 """
 
 from __future__ import annotations
@@ -31,22 +45,59 @@ import contextlib
 import dataclasses
 import logging
 import math
+import shutil
 import sys
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from experiments import collectives
 from experiments.run.record import STEPS, RunRecorder, append_jsonl
 from experiments.run.stop import GracefulStop
+from experiments.snn.engines.spikingjelly_checkpoints import (
+    BEST,
+    checkpoint_step,
+    no_space_in_save,
+    remove_all_but_newest,
+    write_mesh,
+)
 from experiments.snn.plan import SNNPlan
 
 log = logging.getLogger(__name__)
+
+WRITTEN_AGAINST = "2.0.0"  # spikingjelly's version this seam reads
+REPLACED = (
+    "torch",
+    "dist",
+    "_build_loaders",
+    "_load_checkpoint",
+    "_save_checkpoint",
+    "_finish_checkpoint",
+    "_evaluate",
+    "_evaluate_pipeline",
+    "_forward_classification",
+    "_classification_loss",
+)
+STEP_LOCALS = ("global_step", "loss", "model", "optimizer", "dp_group", "dp_size",
+               "train_loader", "epoch", "targets")  # fmt: skip
+EVALUATION_LOCALS = ("global_step", "epoch", "batch_index", "train_loss", "config", "model",
+                     "optimizer", "scheduler", "scaler", "device", "tp_rank", "pp_rank",
+                     "dp_rank", "checkpoint_group", "checkpoint_future", "training_seconds",
+                     "processed_images")  # fmt: skip
+TRAIN_STEP_LOCALS = ("loss_targets", "loss_function", "scaler", "precision")
+SYNCHRONIZE_CALLS = 2  # torch.cuda.synchronize(device) per optimizer step
 NEVER = 2**62  # a checkpoint interval no run reaches: the library keeps its checkpoint groups
-_SAVES = ("_save_checkpoint", "_finish_checkpoint")
+
+
+class EarlyStopped(Exception):
+    """Raised on every rank from the evaluation hook once early stopping's patience is used
+    up (after the step's checkpoint is saved): the library's clean-up runs, the engine
+    records the run as completed with that evaluation's metrics."""
 
 
 class LoopHooks:
@@ -57,34 +108,42 @@ class LoopHooks:
         config: Any,
         device: torch.device,
         stop: GracefulStop | None,
+        monitor: Any,
+        profiler: Any,
+        resume: Any = None,
     ) -> None:
         self.plan = plan
         self.recorder = recorder
         self.device = device
         self.stop = stop
+        self.resume = resume
+        self.profiler = profiler
         self.interval = config.checkpoint_interval
         self.max_steps = config.max_steps
         self.config = _live_config(config, self)
-        self.log_every = int(plan.trainer.get("log_every_n_steps", 1))
-        self.keep = int(plan.trainer.get("keep_checkpoints", 0) or 0)
-        self.check_replicas = bool(plan.trainer.get("check_replicas")) and (
+        trainer = plan.trainer
+        self.log_every = int(trainer.get("log_every_n_steps", 1))
+        self.keep = int(trainer.get("keep_checkpoints", 0) or 0)
+        self.check_replicas = bool(trainer.get("check_replicas")) and (
             plan.dims.data_parallel == "ddp" and plan.dims.data_parallel_size > 1
         )
+        self.accumulation_steps = int(trainer.get("accumulation_steps", 1))
+        self.saves = Saves(plan, self)
+        self.evaluations = Evaluations(plan, recorder, monitor, self.saves)
+        self.progress = Progress(enabled=recorder.enabled)
+        self.loader: ResumableLoader | None = None
         self.syncs = 0
         self.step = 0
-        self.save_now = False
         self.stopping = False
         self.last_loss = math.nan
         self.optimizer: Any = None
         self.ranks: list[dict[str, Any]] | None = None
-        self.full: Exception | None = None  # a checkpoint write that ran out of space
-        self._started = time.perf_counter()
-        self._timed = 0.0
+        self._clock: tuple[float, int] | None = None  # (time, images) at the first step
 
     # --- what the live config answers --------------------------------------------------
 
     def checkpoint_interval(self) -> int:
-        if self.save_now:
+        if self.saves.save_now:
             return 1
         return self.interval or NEVER
 
@@ -98,87 +157,82 @@ class LoopHooks:
         from experiments.snn.engines.spikingjelly_cpu import CudaOnCPU, view_of_torch
 
         on_cpu = self.plan.device == "cpu"
-        cuda = _HookedCuda(CudaOnCPU() if on_cpu else torch.cuda, self)
-        names = ("torch", "dist", "_evaluate", "_evaluate_pipeline")
-        saved = {name: getattr(training, name) for name in (*names, *_SAVES)}
-        training.torch = view_of_torch(cuda, on_cpu)
+        saved = {name: getattr(training, name) for name in REPLACED}
+        training.torch = view_of_torch(_HookedCuda(CudaOnCPU() if on_cpu else torch.cuda, self),
+                                       on_cpu)  # fmt: skip
         training.dist = DistView()
-        training._evaluate = self._skipped_when_stopping(saved["_evaluate"])
-        training._evaluate_pipeline = self._skipped_when_stopping(saved["_evaluate_pipeline"])
-        training._save_checkpoint, training._finish_checkpoint = self._space_checked(
+        training._build_loaders = self._loaders(saved["_build_loaders"])
+        if self.resume is not None:
+            training._load_checkpoint = self._resumed(self.resume.wrap(saved["_load_checkpoint"],
+                                                                       training))  # fmt: skip
+        training._save_checkpoint, training._finish_checkpoint = self.saves.wrap(
             saved["_save_checkpoint"], saved["_finish_checkpoint"]
         )
+        for name in ("_evaluate", "_evaluate_pipeline"):
+            setattr(training, name, self.evaluations.wrap(saved[name], self))
+        if self.accumulation_steps > 1:
+            from experiments.snn.engines.accumulation import Accumulation
+
+            accumulation = Accumulation(self.accumulation_steps)
+            loss = saved["_classification_loss"]
+            training._forward_classification = accumulation.forward(
+                saved["_forward_classification"], loss
+            )
+            training._classification_loss = accumulation.loss(loss)
         try:
             yield
         finally:
             for name, value in saved.items():
                 setattr(training, name, value)
+            self.progress.close()
 
-    def _space_checked(self, save: Any, finish: Any) -> tuple[Any, Any]:
-        """The library's checkpoint save (it starts DCP's async_save into `step_N/`) and the
-        wait for it: a write that failed for lack of space or quota becomes NoSpaceError
-        (one line, no traceback), its cut-short `step_N/` removed so that the records can
-        still be written; the newest complete checkpoint stays what resume=auto reads."""
-        from experiments.snn.engines.spikingjelly_checkpoints import no_space_in_save
+    def _loaders(self, build: Callable[..., Any]) -> Callable[..., Any]:
+        def build_loaders(*args: Any, **kwargs: Any) -> Any:
+            train, validation, train_sampler, validation_sampler = build(*args, **kwargs)
+            self.loader = ResumableLoader(train)
+            return self.loader, validation, train_sampler, validation_sampler
 
-        saving: list[Any] = [None]
+        return build_loaders
 
-        def save_checkpoint(path: Any, *args: Any, **kwargs: Any) -> Any:
-            saving[0] = path
-            return save(path, *args, **kwargs)
+    def _resumed(self, load: Callable[..., tuple[int, int, int]]) -> Callable[..., Any]:
+        def load_checkpoint(*args: Any, **kwargs: Any) -> tuple[int, int, int]:
+            step, epoch, batch = load(*args, **kwargs)
+            if self.loader is not None:
+                self.loader.skip = batch % len(self.loader)  # the loop's own start_batch
+            self.saves.saved_step = step
+            return step, epoch, batch
 
-        def finish_checkpoint(*args: Any, **kwargs: Any) -> None:
-            try:
-                finish(*args, **kwargs)
-            except BaseException as error:  # DCP's CheckpointException is one
-                if isinstance(error, (KeyboardInterrupt, SystemExit)):
-                    raise
-                dims = self.plan.dims
-                shards = dims.pipeline_parallel_size * dims.tensor_parallel_size
-                full = no_space_in_save(error, saving[0], shards) if saving[0] else None
-                if full is None:
-                    raise
-                self.full = full  # the loop's clean-up raises the writer's error again
-                raise full from None
+        return load_checkpoint
 
-        return save_checkpoint, finish_checkpoint
-
-    def _skipped_when_stopping(self, evaluate: Any) -> Any:
-        def evaluate_unless_stopping(*args: Any, **kwargs: Any) -> tuple[float, float]:
-            if self.stopping:  # agreed on every rank: no rank enters its collectives
-                return math.nan, math.nan
-            return evaluate(*args, **kwargs)
-
-        return evaluate_unless_stopping
-
-    # --- the hook --------------------------------------------------------------------------
+    # --- the step hook ---------------------------------------------------------------------
 
     def after_synchronize(self, frame: Any) -> None:
         if frame is None or frame.f_code.co_name != "train_classification":
             return
         self.syncs += 1
-        if self.syncs % 2:
+        if self.syncs % SYNCHRONIZE_CALLS:
             return  # the call before the step
         self._after_step(frame.f_locals)
 
     def _after_step(self, scope: dict[str, Any]) -> None:
-        self.save_now = False
+        self.saves.save_now = False
         step = int(scope["global_step"]) + 1  # the loop increments it right after this call
         self.step = step
         self.optimizer = scope["optimizer"]
+        self.evaluations.steps_since += 1
         if self.ranks is None:
             self.ranks = self._placement(scope["model"])
         final = self._final_step(scope)
         if step % self.log_every == 0 or step == final:
             self._log_step(scope, step)
+        self.progress.update(step, final, scope["epoch"], self.config.epochs, self.last_loss)
         if self.stop is not None:
-            flag = torch.tensor(int(self.stop.received is not None), device=self.device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            self.stopping = bool(flag.item())
-        self.save_now = self.stopping or step == final
+            self.stopping = self.stop.requested(collectives.any_true)
+        self.saves.save_now = self.stopping or step == final
         every = self.interval or NEVER
         if step % every == 1 % every:  # the step after a periodic save started
-            self.prune()
+            self.saves.prune()
+        self.profiler.step()
 
     def _log_step(self, scope: dict[str, Any], step: int) -> None:
         """The step's loss averaged over the data-parallel ranks (every rank holds its own;
@@ -188,10 +242,16 @@ class LoopHooks:
         if dp_size > 1:
             dist.all_reduce(loss, group=scope["dp_group"])
         self.last_loss = loss.item() / dp_size
+        now = time.perf_counter()
+        images = scope["targets"].numel() * dp_size
         record: dict[str, Any] = {"step": step, "loss": self.last_loss, "time": time.time()}
+        if self._clock is None:
+            self._clock = (now, step)
+        elif step > self._clock[1]:
+            record["images_per_second"] = images * (step - self._clock[1]) / (now - self._clock[0])
         if self.check_replicas:
-            record["replica_max_diff"] = _replica_spread(
-                scope["model"], scope["dp_group"], dp_size, self.device
+            record["replica_max_diff"] = collectives.replica_spread(
+                scope["model"].parameters(), scope["dp_group"]
             )
         self.recorder.scalar("train/loss", self.last_loss, step)
         if self.recorder.enabled:
@@ -214,8 +274,7 @@ class LoopHooks:
             "dtensor_parameters": sum(isinstance(p, DTensor) for p in parameters),
         }
         placements = self.recorder.summary.get("ranks") or []
-        gathered: list[Any] = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, own)
+        gathered = collectives.gather(own)
         if len(placements) != len(gathered):
             return None
         return [{**where, **held} for where, held in zip(placements, gathered, strict=True)]
@@ -223,22 +282,220 @@ class LoopHooks:
     def learning_rate(self) -> float | None:
         return self.optimizer.param_groups[0]["lr"] if self.optimizer is not None else None
 
-    def prune(self) -> None:
-        """keep_checkpoints: rank 0 removes complete checkpoints beyond the newest N (an
-        in-flight one has no .metadata yet: it is neither counted nor touched)."""
-        if not self.keep or dist.get_rank() != 0:
-            return
-        from experiments.snn.engines.spikingjelly_checkpoints import scan_checkpoints
 
-        root = self.plan.training_config.checkpoint_dir
-        dims = self.plan.dims
-        complete, _ = scan_checkpoints(
-            root, dims.pipeline_parallel_size * dims.tensor_parallel_size
+class Saves:
+    """The library's checkpoint save, and what we add to it: `mesh.json` beside each
+    checkpoint, a full disk as one line, keep_checkpoints, and saves of our own (the best
+    evaluation, an early stop) through the same functions."""
+
+    def __init__(self, plan: SNNPlan, hooks: LoopHooks) -> None:
+        self.plan = plan
+        self.hooks = hooks
+        self.root = plan.training_config.checkpoint_dir
+        self.save_now = False
+        self.saved_step = 0  # the newest step saved into root (or resumed from)
+        self.full: Exception | None = None  # a checkpoint write that ran out of space
+        self.save: Callable[..., Any] = lambda *a, **k: None
+        self.finish: Callable[..., Any] = lambda *a, **k: None
+
+    def wrap(self, save: Any, finish: Any) -> tuple[Any, Any]:
+        """The library's save (it starts DCP's async_save into `step_N/`) and the wait for
+        it. A write that failed for lack of space or quota becomes NoSpaceError (one line, no
+        traceback), its cut-short `step_N/` removed so that the records can still be
+        written; the newest complete checkpoint stays what resume=auto reads."""
+        saving: list[Any] = [None]
+
+        def save_checkpoint(path: Any, *args: Any, **kwargs: Any) -> Any:
+            saving[0] = path
+            future = save(path, *args, **kwargs)
+            if dist.get_rank() == 0:
+                write_mesh(path, self.plan.dims.as_dict(), self.plan.global_batch)
+            if Path(path).parent == self.root:
+                self.saved_step = checkpoint_step(Path(path))
+            return future
+
+        def finish_checkpoint(*args: Any, **kwargs: Any) -> None:
+            try:
+                finish(*args, **kwargs)
+            except BaseException as error:  # DCP's CheckpointException is one
+                if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                    raise
+                full = no_space_in_save(error, saving[0]) if saving[0] else None
+                if full is None:
+                    raise
+                self.full = full  # the loop's clean-up raises the writer's error again
+                raise full from None
+
+        self.save, self.finish = save_checkpoint, finish_checkpoint
+        return save_checkpoint, finish_checkpoint
+
+    def save_here(self, scope: dict[str, Any], root: Path) -> Path:
+        """The state at this evaluation into `root/step_N/`, written now (the library's own
+        save, finished before the loop goes on). Called on every rank alike."""
+        device = scope["device"]
+        if scope.get("checkpoint_future") is not None:  # the library's save still in flight
+            self.finish(scope["checkpoint_future"], device)
+        step = int(scope["global_step"])
+        path = root / f"step_{step:08d}"
+        if dist.get_rank() == 0 and path.exists():  # this step again, after a resume
+            shutil.rmtree(path)
+        dist.barrier()
+        future = self.save(
+            path,
+            device=device,
+            config=scope["config"],
+            model=scope["model"],
+            optimizer=scope["optimizer"],
+            scheduler=scope["scheduler"],
+            scaler=scope["scaler"],
+            step=step,
+            epoch=scope["epoch"],
+            batch_in_epoch=scope["batch_index"] + 1,
+            tp_rank=scope["tp_rank"],
+            pp_rank=scope["pp_rank"],
+            dp_rank=scope["dp_rank"],
+            process_group=scope["checkpoint_group"],
         )
-        for old in complete[self.keep :]:
-            import shutil
+        self.finish(future, device)
+        return path
 
-            shutil.rmtree(old, ignore_errors=True)
+    def prune(self, root: Path | None = None, keep: int | None = None) -> None:
+        """keep_checkpoints: rank 0 removes complete checkpoints beyond the newest N."""
+        keep = self.hooks.keep if keep is None else keep
+        if keep and dist.get_rank() == 0:
+            remove_all_but_newest(root or self.root, keep)
+
+
+class Evaluations:
+    """After each of the library's validations in the loop: the epoch's record
+    (metrics.jsonl, the loggers, the epoch line), then the run's monitor (run/early_stopping:
+    early stopping and a search's pruner), whose verdict may keep a best checkpoint, stop
+    the run (EarlyStopped) or prune it (Pruned)."""
+
+    def __init__(self, plan: SNNPlan, recorder: RunRecorder, monitor: Any, saves: Saves) -> None:
+        self.plan = plan
+        self.recorder = recorder
+        self.monitor = monitor
+        self.saves = saves
+        self.steps_since = 0  # steps trained since the last evaluation
+        self.last: dict[str, Any] | None = None  # the newest epoch record
+        self._timed = (0.0, 0)  # the library's training seconds and images at the last one
+
+    def wrap(self, evaluate: Callable[..., Any], hooks: LoopHooks) -> Callable[..., Any]:
+        def evaluate_and_record(*args: Any, **kwargs: Any) -> tuple[float, float]:
+            if hooks.stopping:  # agreed on every rank: no rank enters its collectives
+                return math.nan, math.nan
+            if self.steps_since == 0:  # after the loop (resumed at its last step): not an epoch
+                return evaluate(*args, **kwargs)
+            self.steps_since = 0
+            val_loss, val_accuracy = evaluate(*args, **kwargs)
+            scope = sys._getframe(1).f_locals  # train_classification's
+            self.after(scope, val_loss, val_accuracy, hooks.learning_rate())
+            return val_loss, val_accuracy
+
+        return evaluate_and_record
+
+    def after(self, scope: dict[str, Any], val_loss: float, val_accuracy: float, lr: Any) -> None:
+        step, epoch = int(scope["global_step"]), int(scope["epoch"]) + 1
+        seconds, images = float(scope["training_seconds"]), int(scope["processed_images"])
+        timed = seconds - self._timed[0]
+        memory = collectives.gather(peak_memory_mb(scope["device"]))
+        record = {
+            "step": step,
+            "epoch": epoch,
+            # the library's: the epoch's sample-weighted mean over all data-parallel ranks
+            "train_loss": float(scope["train_loss"]),
+            "val_loss": val_loss,
+            "val_accuracy": val_accuracy,
+            "images_per_second": (images - self._timed[1]) / timed if timed > 0 else None,
+            "peak_memory_mb": max(memory),
+            "peak_memory_mb_per_rank": memory,
+            "lr": lr,
+        }
+        self._timed = (seconds, images)
+        self.last = record
+        self.recorder.log_metrics(record)
+        if self.recorder.enabled:
+            from tqdm import tqdm
+
+            tqdm.write(f"epoch {epoch}: val_accuracy={val_accuracy:.4f} val_loss={val_loss:.4f}")
+        if not self.monitor.active:
+            return
+        verdict = self.monitor.after_evaluation(step, epoch, record)  # may raise Pruned
+        if verdict.improved:
+            best = self.saves.save_here(scope, self.saves.root / BEST)
+            self.saves.prune(best.parent, keep=1)
+            self.monitor.kept(best)
+        if verdict.stop:
+            if self.saves.saved_step != step:
+                self.saves.save_here(scope, self.saves.root)
+                self.saves.prune()
+            log.warning("early stopping at step %d (epoch %d)", step, epoch)
+            raise EarlyStopped
+
+
+class ResumableLoader:
+    """The library's training loader; after a resume mid-epoch, the first epoch's trained
+    batches are placeholders the loop skips (it `continue`s past them unread) and the rest
+    comes from the sampler's order past them, so nothing trained is loaded again
+    (data_position.py)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        self.skip = 0
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        from experiments.snn.engines.data_position import batches_from
+
+        skip, self.skip = self.skip, 0
+        if not skip:
+            yield from self.loader
+            return
+        for _ in range(skip):
+            yield None, None  # the loop skips these batch indices without reading them
+        yield from batches_from(self.loader, skip)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
+
+
+class Progress:
+    """A progress bar on rank 0 (steps, epoch, the last logged loss); between redraws an
+    update is a counter, so it costs nothing per step."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar: Any = None
+
+    def update(self, step: int, total: int, epoch: int, epochs: int, loss: float) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=step - 1, unit="step", dynamic_ncols=True,
+                            mininterval=1.0 if sys.stderr.isatty() else 15.0)  # fmt: skip
+        self.bar.set_description(f"epoch {epoch + 1}/{epochs}", refresh=False)
+        if not math.isnan(loss):
+            self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """This rank's peak: CUDA memory allocated on a GPU, the process's peak RSS on a CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 class DistView(types.SimpleNamespace):
@@ -278,15 +535,6 @@ class _HookedCuda:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._base, name)
-
-
-def _replica_spread(model: torch.nn.Module, group: Any, size: int, device: torch.device) -> float:
-    """Largest difference of any parameter sum across data-parallel replicas."""
-    sums = torch.stack([p.detach().double().sum() for p in model.parameters()]).to(device)
-    gathered = [torch.empty_like(sums) for _ in range(size)]
-    dist.all_gather(gathered, sums, group=group)
-    stacked = torch.stack(gathered)
-    return (stacked.max(0).values - stacked.min(0).values).abs().max().item()
 
 
 def _live_config(config: Any, hooks: LoopHooks) -> Any:

@@ -72,7 +72,7 @@ def _zoo_capabilities(config: ModelConfig) -> Capabilities:
         memopt=False,
         note=f"SpikingJelly's zoo factory {factory.rsplit('.', 1)[-1]} builds the whole model, "
         "with no channel-TP shard or pipeline split; it runs on topology=single, ddp or fsdp2 "
-        "(trainer.engine=cpu or spikingjelly, or trainer=classify)"
+        "(trainer=default, SpikingJelly's loop, or trainer=classify)"
         + ("; model=sew_resnet18|34 has TP and PP" if ".sew_resnet." in factory else ""),
     )
 

@@ -2,7 +2,7 @@
 
 SpikingJelly's model zoo has sew_resnet18/34/50/101/152 but a distributed-vision config only
 for depth 34. We extend through its own seam (ModelConfig subclass + ModelBuilder) so the
-same TrainingConfig runs on SpikingJelly's trainer and on our CPU engine alike.
+same TrainingConfig runs on SpikingJelly's trainer on CUDA and on CPU ranks alike.
 """
 
 from __future__ import annotations

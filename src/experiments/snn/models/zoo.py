@@ -4,8 +4,8 @@ their own factory functions.
 SpikingJelly's distributed-vision seam is a ModelConfig that names a ModelBuilder. The zoo's
 factories have no config of their own, so `ZooModelConfig` names the factory
 (`spikingjelly.activation_based.model.spiking_resnet.spiking_resnet18`, ...) and
-`ZooModelBuilder` calls it: the CPU engine, SpikingJelly's `train_classification` and the
-classic Trainer all build the model through the same builder.
+`ZooModelBuilder` calls it: SpikingJelly's `train_classification` and the
+classic Trainer both build the model through the same builder.
 
 The neuron is SpikingJelly's own serialisable `NeuronConfig` (a class path and its arguments,
 a surrogate class path and its arguments), so the config round-trips through
