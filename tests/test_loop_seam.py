@@ -79,3 +79,28 @@ def test_a_loop_of_another_shape_is_reported_by_name(monkeypatch) -> None:
     monkeypatch.setattr(seam, "STEP_LOCALS", (*seam.STEP_LOCALS, "global_steps"))
     assert shape_problems() == ["train_classification has no local 'global_steps' (read by "
                                 "the seam's hooks)"]  # fmt: skip
+
+
+def test_the_librarys_one_rank_checkpoint_saves_run_uncoordinated(monkeypatch) -> None:
+    """The library gives each checkpoint writer a process group of its own: DCP's save into
+    a group of one rank is asked for without its coordination (`no_dist=True`: the same
+    files, no object collectives; with them every later step of a CPU rank ran 25-30 %
+    slower, BENCHMARKS.md). Any other group, or none, is passed on as the library asked."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    asked: list[dict] = []
+    monkeypatch.setattr(dcp, "async_save", lambda *args, **kwargs: asked.append(kwargs))
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        one = dist.new_group([0], backend="gloo")
+        with seam._one_writer_uncoordinated(one):
+            dcp.async_save({}, checkpoint_id="x", process_group=one)
+        with seam._one_writer_uncoordinated(None):
+            dcp.async_save({}, checkpoint_id="y")
+    finally:
+        dist.destroy_process_group()
+    assert asked == [{"checkpoint_id": "x", "process_group": one, "no_dist": True},
+                     {"checkpoint_id": "y"}]  # fmt: skip

@@ -307,7 +307,8 @@ class Saves:
 
         def save_checkpoint(path: Any, *args: Any, **kwargs: Any) -> Any:
             saving[0] = path
-            future = save(path, *args, **kwargs)
+            with _one_writer_uncoordinated(kwargs.get("process_group")):
+                future = save(path, *args, **kwargs)
             if dist.get_rank() == 0:
                 write_mesh(path, self.plan.dims.as_dict(), self.plan.global_batch)
             if Path(path).parent == self.root:
@@ -364,6 +365,31 @@ class Saves:
         keep = self.hooks.keep if keep is None else keep
         if keep and dist.get_rank() == 0:
             remove_all_but_newest(root or self.root, keep)
+
+
+@contextlib.contextmanager
+def _one_writer_uncoordinated(group: Any) -> Iterator[None]:
+    """While the library's `_save_checkpoint` runs: DCP's `async_save` into a process group
+    of one rank (the library gives each model-parallel writer a gloo group of its own) runs
+    without DCP's coordination (`no_dist=True`: the same files, one writer, no collectives).
+    Measured on CPU ranks (torch 2.14.1, gloo, 2 cores): after a save through the one-rank
+    group's object collectives, every later training step of the process ran 25-30 % slower
+    (the main job: 0.188 -> 0.245 s/step from its first checkpoint on); uncoordinated, not."""
+    import torch.distributed.checkpoint as dcp
+
+    if group is None or dist.get_world_size(group) != 1:
+        yield
+        return
+    coordinated = dcp.async_save
+
+    def async_save(*args: Any, **kwargs: Any) -> Any:
+        return coordinated(*args, **{**kwargs, "no_dist": True})
+
+    dcp.async_save = async_save
+    try:
+        yield
+    finally:
+        dcp.async_save = coordinated
 
 
 class Evaluations:
