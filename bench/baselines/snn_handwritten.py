@@ -21,7 +21,7 @@ from spikingjelly.activation_based.distributed.vision import TrainingConfig
 from spikingjelly.activation_based.distributed.vision import training as sj_training
 from spikingjelly.activation_based.precision import PrecisionConfig
 
-from experiments.snn.models.sew_resnet import SEWResNetBuilder, SEWResNetConfig
+from experiments.snn.models.sew_resnet import SEWResNetConfig
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, required=True)
@@ -35,9 +35,19 @@ parser.add_argument("--seed", type=int, default=1234)
 parser.add_argument("--out", required=True)
 args = parser.parse_args()
 
-model_config = SEWResNetConfig(
-    depth=args.depth, num_classes=10, image_size=args.image_size, time_steps=args.time_steps
-)
+# The model config conf/model/sew_resnet<depth>.yaml composes: SpikingJelly's own config class
+# for depth 34, ours (experiments.snn.models.sew_resnet) for 18.
+if args.depth == 34:
+    from spikingjelly.activation_based.model.sew_resnet import SEWResNet34Config
+
+    model_config = SEWResNet34Config(
+        num_classes=10, image_size=args.image_size, time_steps=args.time_steps,
+        tau=2.0, detach_reset=True,
+    )  # fmt: skip
+else:
+    model_config = SEWResNetConfig(
+        depth=args.depth, num_classes=10, image_size=args.image_size, time_steps=args.time_steps
+    )
 config = TrainingConfig(
     model=model_config,
     dataset_builder="experiments.data.synthetic.build_synthetic_datasets",
@@ -48,6 +58,7 @@ config = TrainingConfig(
         "val_size": 64,
     },
     batch_size=args.batch_size,
+    workers=0,  # trainer.workers' default: the data loaded in the training process
     optimizer="torch.optim.AdamW",
     optimizer_kwargs={"lr": 1e-3, "weight_decay": 0.0},
     precision=PrecisionConfig(mode="fp32"),
@@ -55,7 +66,7 @@ config = TrainingConfig(
     seed=args.seed,
 )
 torch.manual_seed(config.seed)
-model = SEWResNetBuilder(model_config).build(
+model = model_config.get_builder_cls()(model_config).build(
     process_group=None,
     memopt_process_group=None,
     pipeline_rank=0,

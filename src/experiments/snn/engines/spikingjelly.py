@@ -194,8 +194,9 @@ class _Run:
         plan, hooks = self.plan, self.hooks
         mapping: Any = contextlib.nullcontext()
         if plan.device == "cpu":
-            from experiments.snn.engines.spikingjelly_cpu import cpu_mapping
+            from experiments.snn.engines.spikingjelly_cpu import cpu_mapping, keep_freed_memory
 
+            keep_freed_memory()
             mapping = cpu_mapping()
         result = None
         try:

@@ -135,6 +135,39 @@ def _stage_with_inferred_shapes(original: Callable[..., Any]) -> Callable[..., A
     return pipeline_stage
 
 
+# glibc's mallopt parameters (malloc.h): M_TRIM_THRESHOLD, M_MMAP_THRESHOLD.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD = 32 << 20  # glibc's own ceiling for its dynamic threshold
+TRIM_THRESHOLD = 1 << 30
+
+
+def keep_freed_memory() -> bool:
+    """A CPU rank's allocator keeps the memory a training step frees for the next step,
+    instead of handing it back to the system and faulting it in again: glibc's mmap threshold
+    fixed at its ceiling (32 MB) and its trim threshold at 1 GB. The process's peak memory is
+    unchanged; what changes is that memory stays mapped between steps.
+
+    Why: measured on this project's 2-core x86_64 machines (torch 2.14.1, SEW-ResNet34, T=2,
+    32 px, batch 8), SpikingJelly's loop in a fresh process took 28,000 minor page faults a
+    step (a hand-written loop 4,600) and 0.211 s a step; with these two settings, 0 faults and
+    0.178 s (BENCHMARKS.md). PyTorch's CPU tuning guide gives the same advice (an allocator that
+    reuses memory). Only glibc is tuned (where `mallopt` exists); elsewhere nothing changes."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        mallopt = libc.mallopt if libc is not None else None
+    except (OSError, AttributeError):
+        return False
+    if mallopt is None:
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    )
+
+
 @contextlib.contextmanager
 def cpu_mapping() -> Iterator[None]:
     """The global names the library's loop looks up at call time, mapped for CPU ranks.
