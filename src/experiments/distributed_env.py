@@ -1,5 +1,5 @@
-"""Where this process sits in a run: the launching process, or one rank started by torchrun
-or by a Slurm task."""
+"""Where this process sits in a run: the launching process, a child it started (a torchrun
+rank, a local sweep's point), or a rank that is a Slurm task."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import os
 import socket
 from typing import Any
 
-# Set by our torchrun launcher on the worker command line's environment: the workers are
-# ranks of a run whose directory and plan the launching process already made.
+# Set by the launching process in the environment of every child it starts
+# (launchers/children.py): torchrun's ranks and the points of a local sweep, each a rank or a
+# point of a run whose directory and plan the launching process already made.
 WORKER_ENV = "EXPERIMENTS_WORKER"
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from experiments import distributed_env
+from experiments import collectives, distributed_env
 from experiments.data.image_files import DIGITS_FOLDER, ensure_digits_pngs
 from experiments.gan import conditional, mmgen_compat
 from experiments.gan import ddp as gan_ddp
@@ -37,7 +37,7 @@ from experiments.gan.checkpoints import latest_checkpoint
 from experiments.gan.quality import quality
 from experiments.gan.recipes import SAMPLES_DIRNAME
 from experiments.run import early_stopping
-from experiments.run.record import RunRecorder
+from experiments.run.record import METRICS, RunRecorder, read_jsonl
 from experiments.run.stop import GracefulStop
 
 log = logging.getLogger("experiments.gan")
@@ -61,47 +61,55 @@ def start_point(plan: Any) -> tuple[str, Path | None]:
 
 
 def _register_record_hook() -> None:
-    from mmcv.runner import HOOKS, Hook
+    """Our logger hooks and the record hook in mmcv's HOOKS, once per process."""
+    from mmcv.runner import HOOKS
 
     if "ExperimentsRecordHook" in HOOKS.module_dict:
         return
+    _register_logger_hooks(HOOKS)
+    HOOKS.register_module(module=_record_hook_class())
 
+
+def _guarded(base: type) -> type:
+    """mmcv's logger hook, except that a logger error is logged once and the hook
+    stops: a logger never ends a training run half-way."""
+
+    class Guarded(base):  # type: ignore[misc, valid-type]
+        failed = False
+
+        def _guard(self, method: str, runner: Any) -> None:
+            if self.failed:
+                return
+            try:
+                getattr(base, method)(self, runner)
+            except Exception as error:
+                self.failed = True
+                log.warning("%s failed in %s (%s); training goes on without it",
+                            base.__name__, method, error)  # fmt: skip
+
+        def before_run(self, runner: Any) -> None:
+            self._guard("before_run", runner)
+
+        def log(self, runner: Any) -> None:
+            self._guard("log", runner)
+
+        def after_run(self, runner: Any) -> None:
+            self._guard("after_run", runner)
+
+    Guarded.__name__ = f"Experiments{base.__name__}"
+    return Guarded
+
+
+def _register_logger_hooks(hooks: Any) -> None:
+    """mmcv's TensorBoard, MLflow and W&B logger hooks, guarded (`_guarded`), for the
+    logger group's loggers (loggers/: each one's `mmcv_hook`)."""
     from mmcv.runner.hooks.logger import MlflowLoggerHook, TensorboardLoggerHook, WandbLoggerHook
 
-    def guarded(base: type) -> type:
-        """mmcv's logger hook, except that a logger error is logged once and the hook
-        stops: a logger never ends a training run half-way."""
+    hooks.register_module(module=_guarded(TensorboardLoggerHook))
+    hooks.register_module(module=_guarded(MlflowLoggerHook))
 
-        class Guarded(base):  # type: ignore[misc, valid-type]
-            failed = False
-
-            def _guard(self, method: str, runner: Any) -> None:
-                if self.failed:
-                    return
-                try:
-                    getattr(base, method)(self, runner)
-                except Exception as error:
-                    self.failed = True
-                    log.warning("%s failed in %s (%s); training goes on without it",
-                                base.__name__, method, error)  # fmt: skip
-
-            def before_run(self, runner: Any) -> None:
-                self._guard("before_run", runner)
-
-            def log(self, runner: Any) -> None:
-                self._guard("log", runner)
-
-            def after_run(self, runner: Any) -> None:
-                self._guard("after_run", runner)
-
-        Guarded.__name__ = f"Experiments{base.__name__}"
-        return Guarded
-
-    HOOKS.register_module(module=guarded(TensorboardLoggerHook))
-    HOOKS.register_module(module=guarded(MlflowLoggerHook))
-
-    @HOOKS.register_module()
-    class ExperimentsWandbLoggerHook(guarded(WandbLoggerHook)):  # type: ignore[misc]
+    @hooks.register_module()
+    class ExperimentsWandbLoggerHook(_guarded(WandbLoggerHook)):  # type: ignore[misc]
         """The run stays open after training: the run's final metrics and sample grids come
         after train_model returns, and the W&B logger (loggers/wandb.py) logs them and
         finishes the run."""
@@ -109,7 +117,10 @@ def _register_record_hook() -> None:
         def after_run(self, runner: Any) -> None:
             return None
 
-    @HOOKS.register_module()
+
+def _record_hook_class() -> type:
+    from mmcv.runner import Hook
+
     class ExperimentsRecordHook(Hook):
         """Losses to metrics.jsonl (and the loggers mmcv has no hook for: CSV) every log
         interval and at the last iteration; resumed runs keep one record per iteration."""
@@ -149,6 +160,8 @@ def _register_record_hook() -> None:
                 self.say_cpu = False
                 print(cpu_notice(elapsed / (done - self.start_iter), done - self.start_iter),
                       flush=True)  # fmt: skip
+
+    return ExperimentsRecordHook
 
 
 def cpu_notice(seconds_per_iter: float, iters: int) -> str:
@@ -190,84 +203,26 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
 
     from experiments.gan.recipes import build_model
 
-    world_size = plan.dims.world_size
     distributed = plan.distributed  # also one rank under torchrun/Slurm with topology=ddp
-    if distributed and not dist.is_initialized():
-        if plan.device == "cuda":
-            torch.cuda.set_device(distributed_env.local_rank())
-        distributed_env.init_process_group(plan.backend)
+    placements = _join_ranks(plan)
     rank = distributed_env.rank()
-    if plan.image_root.name == DIGITS_FOLDER:
-        ensure_digits_pngs(plan.image_root)  # atomic: ranks may race
-    placements: list[Any] = [distributed_env.placement()]
-    if distributed:
-        placements = [None] * world_size
-        dist.all_gather_object(placements, distributed_env.placement())  # also the barrier
-
     cfg = copy.deepcopy(plan.mmgen_config)
     how, checkpoint = start_point(plan)
     if rank == 0:
-        cfg.dump(str(plan.run_dir / CONFIG_FILE))
-        recorder.summary.update(start=how, start_checkpoint=str(checkpoint) if checkpoint else None)
-        recorder.summary["ranks"] = placements  # where each rank ran
-        recorder.summary["restarts"] = distributed_env.restarts(placements)
-        recorder.summary["ddp"] = gan_ddp.configured(cfg) if distributed else None
-        if how == "auto_resume":
-            recorder.summary["resumes"] = recorder.summary.get("resumes", 0) + 1
+        _record_start(recorder, plan, cfg, (how, checkpoint), placements)
     hook_recorder = recorder if rank == 0 else RunRecorder(plan.run_dir, {}, enabled=False)
-    record_hook = dict(
-        type="ExperimentsRecordHook",
-        recorder=hook_recorder,
-        interval=plan.recipe.log_interval,
-        images_per_iter=plan.global_batch,
-        cpu=plan.device == "cpu" and rank == 0,
-        priority="VERY_LOW",
-    )
-    cfg.custom_hooks = [*cfg.custom_hooks, record_hook]
-    # The logger group's loggers log per-iteration metrics through mmcv's own logger hooks.
-    logger_hooks = [t.mmcv_hook(plan.recipe.log_interval) for t in hook_recorder.loggers]
-    cfg.log_config.hooks = [*cfg.log_config.hooks, *(h for h in logger_hooks if h)]
-    if how in ("auto_resume", "resume_from"):
-        cfg.custom_hooks.append(
-            dict(type="CPUResumeHook", checkpoint=str(checkpoint), priority="HIGHEST")
-        )
-    elif how == "load_from":
-        cfg.load_from = str(checkpoint)  # BaseRunner.load_checkpoint maps to the CPU itself
-    # Atomic checkpoint writes, and a checkpoint of the current iteration on SIGTERM/SIGUSR2
-    # (gan/hooks.py); the dumped recipe above keeps MMGen's own CheckpointHook.
-    cfg.checkpoint_config = dict(cfg.checkpoint_config, type=gan_hooks.CHECKPOINT_HOOK)
     stop = GracefulStop().install()
-    cfg.custom_hooks.append(
-        dict(type=gan_hooks.STOP_HOOK, stop=stop, distributed=distributed, priority="LOWEST")
-    )
+    _add_hooks(cfg, plan, hook_recorder, (how, checkpoint), stop)
     timestamp = time.strftime("%Y%m%d_%H%M%S")
     log_file = str(plan.run_dir / f"{timestamp}.log") if rank == 0 else None
     get_root_logger(log_file=log_file, log_level=cfg.log_level)
     set_random_seed(cfg.seed, use_rank_shift=distributed)
     model = build_model(cfg)
     dataset = build_dataset(cfg.data.train)
-    # Early stopping, and a pruned search's reports (its mmcv hook: gan/hooks.py). A trial of
-    # a search with a pruner measures its objective (swd) at every log interval on rank 0.
-    monitor = early_stopping.Monitor.for_plan(
-        plan, recorder.summary, agree=early_stopping.broadcast_from_rank0
-    )
-    if monitor.active:
-        measure = None
-        if monitor.reporter is not None and rank == 0:
-            measure = partial(_measured_while_training, model, dataset, plan)
-        cfg.custom_hooks.append(
-            gan_hooks.early_stopping_hook(
-                monitor, plan.recipe.log_interval, split_losses, measure=measure
-            )
-        )
+    _add_early_stopping(cfg, plan, recorder, model, dataset)
     untrained: dict[str, Any] = {}
     if plan.recipe.eval_untrained and rank == 0:
-        # The generator as built from the seed, before any checkpoint is loaded: iteration 0
-        # of this run (a resumed run rebuilds the same one). Same code path as the end.
-        model.eval()
-        measured = quality(model, dataset, plan)
-        untrained = {f"{k}_untrained": measured[k] for k in UNTRAINED_KEYS if k in measured}
-        model.train()
+        untrained = _untrained_quality(model, dataset, plan)
     meta = dict(seed=cfg.seed, exp_name=plan.run_dir.resolve().name)
     started = time.perf_counter()
     try:
@@ -308,6 +263,102 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
     return metrics
 
 
+def _join_ranks(plan: Any) -> list[dict[str, Any]]:
+    """This rank in the run's process group (made here where the launcher did not), the
+    digits images on disk, and where every rank runs (summary.json's `ranks`), gathered from
+    all ranks: also their first barrier."""
+    distributed = plan.distributed
+    if distributed and not dist.is_initialized():
+        if plan.device == "cuda":
+            torch.cuda.set_device(distributed_env.local_rank())
+        distributed_env.init_process_group(plan.backend)
+    if plan.image_root.name == DIGITS_FOLDER:
+        ensure_digits_pngs(plan.image_root)  # atomic: ranks may race
+    placements: list[Any] = [distributed_env.placement()]
+    if distributed:
+        placements = [None] * plan.dims.world_size
+        dist.all_gather_object(placements, distributed_env.placement())  # also the barrier
+    return placements
+
+
+def _record_start(
+    recorder: RunRecorder, plan: Any, cfg: Any, start: tuple[str, Path | None], placements: list
+) -> None:
+    """Rank 0: the composed recipe beside the run's record, and in summary.json how the run
+    starts (fresh, resumed, from which checkpoint) and where its ranks run."""
+    how, checkpoint = start
+    cfg.dump(str(plan.run_dir / CONFIG_FILE))
+    recorder.summary.update(start=how, start_checkpoint=str(checkpoint) if checkpoint else None)
+    recorder.summary["ranks"] = placements  # where each rank ran
+    recorder.summary["restarts"] = distributed_env.restarts(placements)
+    recorder.summary["ddp"] = gan_ddp.configured(cfg) if plan.distributed else None
+    if how == "auto_resume":
+        recorder.summary["resumes"] = recorder.summary.get("resumes", 0) + 1
+
+
+def _add_hooks(
+    cfg: Any, plan: Any, hook_recorder: RunRecorder, start: tuple[str, Path | None], stop: Any
+) -> None:
+    """Our hooks in the recipe MMGen's runner builds: the record, the logger group's
+    loggers, the start checkpoint's, atomic checkpoints and the stop on a signal."""
+    how, checkpoint = start
+    distributed = plan.distributed
+    record_hook = dict(
+        type="ExperimentsRecordHook",
+        recorder=hook_recorder,
+        interval=plan.recipe.log_interval,
+        images_per_iter=plan.global_batch,
+        cpu=plan.device == "cpu" and distributed_env.rank() == 0,
+        priority="VERY_LOW",
+    )
+    cfg.custom_hooks = [*cfg.custom_hooks, record_hook]
+    # The logger group's loggers log per-iteration metrics through mmcv's own logger hooks.
+    logger_hooks = [t.mmcv_hook(plan.recipe.log_interval) for t in hook_recorder.loggers]
+    cfg.log_config.hooks = [*cfg.log_config.hooks, *(h for h in logger_hooks if h)]
+    if how in ("auto_resume", "resume_from"):
+        cfg.custom_hooks.append(
+            dict(type="CPUResumeHook", checkpoint=str(checkpoint), priority="HIGHEST")
+        )
+    elif how == "load_from":
+        cfg.load_from = str(checkpoint)  # BaseRunner.load_checkpoint maps to the CPU itself
+    # Atomic checkpoint writes, and a checkpoint of the current iteration on SIGTERM/SIGUSR2
+    # (gan/hooks.py); the dumped recipe above keeps MMGen's own CheckpointHook.
+    cfg.checkpoint_config = dict(cfg.checkpoint_config, type=gan_hooks.CHECKPOINT_HOOK)
+    cfg.custom_hooks.append(
+        dict(type=gan_hooks.STOP_HOOK, stop=stop, distributed=distributed, priority="LOWEST")
+    )
+
+
+def _add_early_stopping(
+    cfg: Any, plan: Any, recorder: RunRecorder, model: Any, dataset: Any
+) -> None:
+    """Early stopping, and a pruned search's reports (its mmcv hook: gan/hooks.py). A trial of
+    a search with a pruner measures its objective (swd) at every log interval on rank 0."""
+    rank = distributed_env.rank()
+    monitor = early_stopping.Monitor.for_plan(
+        plan, recorder.summary, agree=collectives.broadcast_from_rank0
+    )
+    if monitor.active:
+        measure = None
+        if monitor.reporter is not None and rank == 0:
+            measure = partial(_measured_while_training, model, dataset, plan)
+        cfg.custom_hooks.append(
+            gan_hooks.early_stopping_hook(
+                monitor, plan.recipe.log_interval, split_losses, measure=measure
+            )
+        )
+
+
+def _untrained_quality(model: Any, dataset: Any, plan: Any) -> dict[str, Any]:
+    """The generator as built from the seed, before any checkpoint is loaded: iteration 0
+    of this run (a resumed run rebuilds the same one). Same code path as the end."""
+    model.eval()
+    measured = quality(model, dataset, plan)
+    untrained = {f"{k}_untrained": measured[k] for k in UNTRAINED_KEYS if k in measured}
+    model.train()
+    return untrained
+
+
 def _measured_while_training(model: Any, dataset: Any, plan: Any) -> dict[str, Any]:
     """SWD and MS-SSIM of the generator as it is now (the end's own measurement, seeded: every
     interval is measured on the same images and noise), back in training mode after."""
@@ -332,13 +383,8 @@ def _replica_max_diff(model: Any) -> float:
 
 def hook_last(recorder: RunRecorder) -> dict[str, Any]:
     """The last record the hook wrote (read back: train_model keeps its runner to itself)."""
-    import json
-
-    path = recorder.run_dir / "metrics.jsonl"
-    if not path.exists():
-        return {}
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return json.loads(lines[-1]) if lines else {}
+    records = read_jsonl(recorder.run_dir / METRICS)[0]
+    return records[-1] if records else {}
 
 
 def _train_cpu_ddp(model: Any, dataset: Any, cfg: Any, timestamp: str, meta: dict) -> None:

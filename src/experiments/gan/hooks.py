@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.run.early_stopping import Monitor
+from experiments.run.record import atomically
 from experiments.run.stop import GracefulStop
 
 log = logging.getLogger("experiments.gan")
@@ -221,7 +222,6 @@ def early_stopping_hook(
                     runner._max_iters = done  # the runner's loop ends after this iteration
 
             def _save_best(self, runner: Any) -> None:
-                import os
                 from pathlib import Path
 
                 from mmcv.runner import CheckpointHook
@@ -232,12 +232,10 @@ def early_stopping_hook(
                 out = Path(checkpoint.out_dir)
                 if runner.rank == 0:  # atomic, as our checkpoint hook writes iter_N.pth
                     out.mkdir(parents=True, exist_ok=True)
-                    runner.save_checkpoint(
-                        str(out), filename_tmpl=".best.pth.partial", create_symlink=False
-                    )
-                    with open(out / ".best.pth.partial", "rb") as handle:
-                        os.fsync(handle.fileno())
-                    os.replace(out / ".best.pth.partial", out / "best.pth")
+                    with atomically(out / "best.pth", out / ".best.pth.partial"):
+                        runner.save_checkpoint(
+                            str(out), filename_tmpl=".best.pth.partial", create_symlink=False
+                        )
                 self.monitor.kept(out / "best.pth")
 
         HOOKS.register_module(name=name, module=ExperimentsEarlyStoppingHook)

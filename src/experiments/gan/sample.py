@@ -24,6 +24,7 @@ import torch
 
 from experiments.errors import ConfigError, exit_in_one_line
 from experiments.known_keys import nearest
+from experiments.run.record import atomically
 
 USAGE = """\
 usage: experiments-sample <run dir | checkpoint> [num=64] [class=N] [seed=0] [ema=true]
@@ -183,9 +184,8 @@ def write_grid(pixels: np.ndarray, per_row: int, path: Path) -> None:
     mode = "L" if channels == 1 else "RGB"
     image = Image.fromarray(grid[..., 0] if channels == 1 else grid, mode=mode)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    image.save(temporary, format="PNG")
-    temporary.replace(path)
+    with atomically(path, fsync=False) as temporary:
+        image.save(temporary, format="PNG")
 
 
 def sample(argv: list[str]) -> int:
@@ -231,9 +231,8 @@ def sample(argv: list[str]) -> int:
         if labels is not None:
             arrays["labels"] = labels.numpy()
         npz = out.with_suffix(".npz")
-        temporary = npz.with_name(f".{npz.stem}.tmp.npz")
-        np.savez(temporary, **arrays)
-        temporary.replace(npz)
+        with atomically(npz, npz.with_name(f".{npz.stem}.tmp.npz"), fsync=False) as temporary:
+            np.savez(temporary, **arrays)
         colours = "RGB" if pixels.shape[-1] == 3 else "grey"
         print(f"wrote {npz}: images {pixels.shape} uint8 ({colours})" +
               (", labels" if labels is not None else ""))  # fmt: skip

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.loggers import RunInfo
+from experiments.run.record import atomically
 
 
 def validate(settings: dict[str, Any]) -> None:
@@ -54,12 +55,13 @@ class CSVLogger:
             csv.DictWriter(handle, fieldnames=self.columns).writerow(row)
 
     def _rewrite(self) -> None:
-        temporary = self.path.with_suffix(".tmp")
-        with open(temporary, "w", newline="", encoding="utf-8") as handle:
+        with (
+            atomically(self.path, self.path.with_suffix(".tmp"), fsync=False) as temporary,
+            open(temporary, "w", newline="", encoding="utf-8") as handle,
+        ):
             writer = csv.DictWriter(handle, fieldnames=self.columns)
             writer.writeheader()
             writer.writerows(self.rows)
-        os.replace(temporary, self.path)
 
     def truncate(self, after_step: int) -> None:
         """A resumed run drops the rows after its checkpoint, as metrics.jsonl does."""

@@ -18,9 +18,10 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from experiments.run.record import METRICS, STEPS, atomically, read_jsonl, read_records
 
 INDEX = ".report_index.json"
 INDEX_VERSION = 4
@@ -106,39 +107,19 @@ class PointIndex:
         self.dirty = False
 
 
-@contextlib.contextmanager
-def replacing(path: Path) -> Iterator[Path]:
-    """Write to a temporary name in the same folder, then rename over `path`."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        yield temporary
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-
-
-def load_points(sweep_dir: Path) -> list[dict[str, Any]]:
-    """Every point of a sweep directory (refreshing and saving its index)."""
-    index = PointIndex(sweep_dir)
-    points = index.refresh()
-    index.save()
-    return points
+def replacing(path: Path) -> contextlib.AbstractContextManager[Path]:
+    """`record.atomically` for the report's files: the temporary is named by this process
+    (Slurm jobs of one sweep write the same files at once) and not fsynced (a report is
+    rebuilt from the run directories)."""
+    return atomically(path, path.with_name(f".{path.name}.{os.getpid()}.tmp"), fsync=False)
 
 
 def curve(run_dir: Path, log: str) -> dict[str, list[Any]]:
     """A run's log as columns (None where a record lacks one), down-sampled evenly. Read
-    from the run directory when a figure is drawn, not kept in the index."""
+    from the run directory when a figure is drawn, not kept in the index; a line being
+    appended right now is skipped."""
     columns = LOGS[log]
-    try:
-        lines = (run_dir / log).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return {}
-    records = []
-    for line in lines:
-        try:
-            records.append(json.loads(line))
-        except ValueError:  # a line being appended right now
-            continue
+    records = read_jsonl(run_dir / log)[0]
     if len(records) > MAX_CURVE_POINTS:
         stride = len(records) / MAX_CURVE_POINTS
         records = [records[int(i * stride)] for i in range(MAX_CURVE_POINTS - 1)] + records[-1:]
@@ -177,16 +158,12 @@ def _read_point(run_dir: str, stamp: list[int]) -> dict[str, Any] | None:
     """A point's index entry. A summary.json that cannot be read is the point's problem
     (status `unreadable`, one line in `problems`), never an error of the report. The logs
     of a finished point are checked too (a running one may be appending a line right now)."""
-    from experiments.run.record import read_records
-
     found = read_records(Path(run_dir), logs=False)
     summary = found["summary"]
     problems: list[str] = list(found["problems"])
     if summary is None and not problems:
         return None  # gone between the stat and the read: the next update reads it
     if summary is not None and summary.get("status") in (*FINAL, "interrupted"):
-        from experiments.run.record import METRICS, STEPS, read_jsonl
-
         for name in (METRICS, STEPS):
             problem = read_jsonl(Path(run_dir) / name)[1]
             if problem:

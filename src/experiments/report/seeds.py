@@ -188,6 +188,21 @@ def draw(
     import matplotlib
 
     matplotlib.use("Agg")
+    by_name = {p["point"]: p for p in points}
+    _draw_objective(Path(sweep_dir) / ERROR_BARS, by_name, table, keys, fam)
+    _draw_curves(Path(sweep_dir) / CURVES, by_name, table, keys, fam)
+    return [ERROR_BARS, CURVES]
+
+
+def _draw_objective(
+    path: Path,
+    by_name: dict[str, dict[str, Any]],
+    table: list[dict[str, Any]],
+    keys: list[str],
+    fam: Family,
+) -> None:
+    """Each configuration's mean and 95 % interval, its completed seeds' values as dots, and
+    how many seeds completed and failed in its tick label."""
     import matplotlib.pyplot as plt
 
     objective = fam.objective
@@ -202,7 +217,6 @@ def draw(
     ]
     axis.errorbar(positions, means, yerr=errors, fmt="o", capsize=5, color="tab:blue",
                   label="mean, 95 % t-interval")  # fmt: skip
-    by_name = {p["point"]: p for p in points}
     for index, row in enumerate(table):
         values = [
             v
@@ -224,42 +238,27 @@ def draw(
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)
     figure.tight_layout()
-    with replacing(Path(sweep_dir) / ERROR_BARS) as temporary:
+    with replacing(path) as temporary:
         figure.savefig(temporary, format="png")
     plt.close(figure)
 
+
+def _draw_curves(
+    path: Path,
+    by_name: dict[str, dict[str, Any]],
+    table: list[dict[str, Any]],
+    keys: list[str],
+    fam: Family,
+) -> None:
+    """One panel per learning curve of the family, one band per configuration."""
+    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
     for axis, panel in zip(axes, fam.curves, strict=True):
         for row in table:
-            series = []
-            for name in row["points"].split():
-                data = read_curve(by_name[name]["run_dir"], panel.log)
-                xs, ys = data.get(panel.x) or [], data.get(panel.y) or []
-                series.append(
-                    {x: y for x, y in zip(xs, ys, strict=False) if x is not None and y is not None}
-                )
-            series = [s for s in series if s]  # a seed that failed before logging has none
-            xs = sorted({x for s in series for x in s})
-            if not xs:
-                continue
-            mean, spread = [], []
-            for x in xs:
-                at = [s[x] for s in series if x in s and _number(s[x]) is not None]
-                mean.append(statistics.fmean(at) if at else math.nan)
-                spread.append(statistics.stdev(at) if len(at) > 1 else 0.0)
-            (line,) = axis.plot(xs, mean, marker="o" if len(xs) <= 20 else None,
-                                label=f"{_label(row, keys)} (n={len(series)})")  # fmt: skip
-            if len(xs) == 1:  # one evaluation: a band has no width, an error bar does
-                axis.errorbar(xs, mean, yerr=spread, capsize=5, color=line.get_color())
-            axis.fill_between(
-                xs,
-                [m - s for m, s in zip(mean, spread, strict=True)],
-                [m + s for m, s in zip(mean, spread, strict=True)],
-                color=line.get_color(),
-                alpha=0.2,
-            )
+            _draw_band(axis, panel, [by_name[name] for name in row["points"].split()],
+                       _label(row, keys))  # fmt: skip
         axis.set(xlabel=panel.xlabel, ylabel=panel.title.lower())
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_title(f"{panel.title}: mean ± std over seeds", fontsize=10)
@@ -267,7 +266,38 @@ def draw(
         if axis.get_legend_handles_labels()[0]:
             axis.legend(fontsize=8)
     figure.tight_layout()
-    with replacing(Path(sweep_dir) / CURVES) as temporary:
+    with replacing(path) as temporary:
         figure.savefig(temporary, format="png")
     plt.close(figure)
-    return [ERROR_BARS, CURVES]
+
+
+def _draw_band(axis: Any, panel: Any, members: list[dict[str, Any]], label: str) -> None:
+    """One configuration's curve: the mean over its seeds at each x, ± their std (an error
+    bar where there is one x only). Nothing for a configuration none of whose seeds logged."""
+    series = []
+    for point in members:
+        data = read_curve(point["run_dir"], panel.log)
+        xs, ys = data.get(panel.x) or [], data.get(panel.y) or []
+        series.append(
+            {x: y for x, y in zip(xs, ys, strict=False) if x is not None and y is not None}
+        )
+    series = [s for s in series if s]  # a seed that failed before logging has none
+    xs = sorted({x for s in series for x in s})
+    if not xs:
+        return
+    mean, spread = [], []
+    for x in xs:
+        at = [s[x] for s in series if x in s and _number(s[x]) is not None]
+        mean.append(statistics.fmean(at) if at else math.nan)
+        spread.append(statistics.stdev(at) if len(at) > 1 else 0.0)
+    (line,) = axis.plot(xs, mean, marker="o" if len(xs) <= 20 else None,
+                        label=f"{label} (n={len(series)})")  # fmt: skip
+    if len(xs) == 1:  # one evaluation: a band has no width, an error bar does
+        axis.errorbar(xs, mean, yerr=spread, capsize=5, color=line.get_color())
+    axis.fill_between(
+        xs,
+        [m - s for m, s in zip(mean, spread, strict=True)],
+        [m + s for m, s in zip(mean, spread, strict=True)],
+        color=line.get_color(),
+        alpha=0.2,
+    )

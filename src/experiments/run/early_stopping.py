@@ -267,14 +267,3 @@ def reported_value(metrics: dict[str, Any], objective: str) -> float:
 
 def _finite(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metrics.items() if isinstance(v, (int, float, str))}
-
-
-def broadcast_from_rank0(value: Any) -> Any:
-    """`agree` for engines on torch.distributed (identity in one process)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return value
-    holder = [value]
-    dist.broadcast_object_list(holder, src=0)
-    return holder[0]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import distributed_env
+from experiments.run.record import atomically
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +76,8 @@ def write(run_dir: Path, rank: int, error: str, logs: list[str]) -> dict[str, An
     }
     folder = run_dir / FOLDER
     folder.mkdir(exist_ok=True)
-    temporary = folder / f".rank_{rank}.json.tmp"
-    temporary.write_text(json.dumps(record, indent=2), encoding="utf-8")
-    temporary.replace(folder / f"rank_{rank}.json")
+    with atomically(folder / f"rank_{rank}.json", fsync=False) as temporary:
+        temporary.write_text(json.dumps(record, indent=2), encoding="utf-8")
     return record
 
 

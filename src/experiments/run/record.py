@@ -11,6 +11,7 @@ run's failure. `read_records` is the one reader of a run directory's records for
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import json
@@ -22,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -138,6 +140,33 @@ def write_bytes_atomic(path: Path, data: bytes | memoryview) -> None:
         tmp.unlink(missing_ok=True)
         if error.errno in NO_SPACE:
             raise NoSpaceError(path, len(data), error) from None
+        raise
+
+
+@contextlib.contextmanager
+def atomically(path: Path, temporary: Path | None = None, fsync: bool = True) -> Iterator[Path]:
+    """A temporary beside `path` (`.<name>.tmp` unless named) for the block to write the whole
+    file at, itself or through a library that writes by name (savefig, PIL, numpy, mmcv's
+    save_checkpoint); then fsync (unless `fsync` is False) and rename over `path`, so a
+    reader never sees half of it. On any failure the temporary is removed and `path` is as
+    before; one for lack of space or quota is NoSpaceError (at least the bytes written)."""
+    path = Path(path)
+    tmp = Path(temporary) if temporary is not None else path.with_name(f".{path.name}.tmp")
+    try:
+        yield tmp
+        if fsync:
+            with open(tmp, "rb") as handle:
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException as error:
+        try:
+            written: int | None = tmp.stat().st_size or None
+        except OSError:
+            written = None
+        tmp.unlink(missing_ok=True)
+        ours = isinstance(error, NoSpaceError)  # raised in the block: it names its file
+        if isinstance(error, OSError) and error.errno in NO_SPACE and not ours:
+            raise NoSpaceError(path, written, error, at_least=True) from None
         raise
 
 

@@ -14,8 +14,10 @@ first trial that fails (our sweep points return NaN when they fail). Here:
   `interrupted`) and do not count against the budget; one whose run had already completed
   (it was killed before Optuna was told) is told its recorded value instead;
 - a trial whose run failed (it returned NaN, see train.py, or its job raised) is FAIL (user
-  attribute `failure`), and the search goes on. (A Slurm job that dies makes submitit raise
-  out of the whole batch: the search stops, and its re-run fails those trials as interrupted.)
+  attribute `failure`), and the search goes on. So is a Slurm job that dies (a rank killed,
+  its time limit after its last requeue): its end is read on its own (launchers/slurm_jobs.py:
+  what its rank 0 recorded, else failed with the dead rank's error or Slurm's word), and its
+  value is NaN;
 - with `pruner=median|hyperband`, each trial reports its objective after every evaluation
   and the pruner may stop it there (sweepers/pruning.py): its run is recorded `pruned`, the
   trial PRUNED (it counts against the budget), and the search goes on;

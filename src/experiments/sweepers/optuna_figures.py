@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from experiments.run.record import atomically
+
 log = logging.getLogger(__name__)
 
 STORAGE_FILE = "optuna.db"  # experiments.sweepers.optuna keeps the study there
@@ -83,14 +85,18 @@ def _save(plot: Callable[[], Any], path: Path) -> bool:
     import matplotlib.pyplot as plt
 
     open_before = set(plt.get_fignums())
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        # Optuna sets the ggplot style globally: the report's own figures keep theirs.
-        with matplotlib.rc_context(), _optuna_2_on_current_matplotlib():
+        # A report being read never sees half a PNG. Optuna sets the ggplot style globally:
+        # the report's own figures keep theirs.
+        with (
+            atomically(path, temporary, fsync=False),
+            matplotlib.rc_context(),
+            _optuna_2_on_current_matplotlib(),
+        ):
             figure = plot().get_figure()
             _log_axes_in_values(figure)
-            temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             figure.savefig(temporary, format="png", dpi=100, bbox_inches="tight")
-        os.replace(temporary, path)  # a report being read never sees half a PNG
         return True
     except Exception as error:
         log.warning("Optuna figure %s not written: %s: %s", path.name, type(error).__name__, error)

@@ -26,6 +26,7 @@ from typing import Any
 
 from experiments.errors import ConfigError
 from experiments.known_keys import nearest
+from experiments.run.record import atomically
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +87,8 @@ def write_spec(sweep_dir: Path, storage: str, study_name: str, name: str, kwargs
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     spec = {"storage": storage, "study_name": study_name, "pruner": name, "pruner_kwargs": kwargs}
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(spec), encoding="utf-8")
-    temporary.replace(path)
+    with atomically(path, fsync=False) as temporary:
+        temporary.write_text(json.dumps(spec), encoding="utf-8")
 
 
 def absolute_sqlite(url: str) -> str:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -38,9 +37,11 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from experiments.run.early_stopping import Monitor, Verdict, broadcast_from_rank0
+from experiments import collectives
+from experiments.run.early_stopping import Monitor, Verdict
+from experiments.run.record import METRICS, atomically, read_jsonl
 from experiments.snn.classify_plan import (
     CHECKPOINTS,
     LATEST,
@@ -49,6 +50,9 @@ from experiments.snn.classify_plan import (
     parse_arguments,
     resume_file,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 # --------------------------------------------------------------------------- the engine
 
@@ -243,215 +247,217 @@ def _cpu_ranks() -> Iterator[None]:
 
 def _trainer_class() -> type:
     """The subclass, defined on first use: importing the Trainer pulls in torchvision and
-    TensorBoard, which planning other engines must not pay for."""
+    TensorBoard, which planning other engines must not pay for. Its methods are
+    `_ClassifyHooks`'s, which imports nothing of the library until a method runs."""
     global _TRAINER
-    if _TRAINER is not None:
-        return _TRAINER
-    import torch
-    from spikingjelly.activation_based.examples.common import train_classify
-    from spikingjelly.activation_based.examples.common.tv_ref_classify import utils
-    from torch.utils.data import DistributedSampler
+    if _TRAINER is None:
+        from spikingjelly.activation_based.examples.common import train_classify
 
-    from experiments import distributed_env
-    from experiments.data import import_object
+        class ClassifyTrainer(_ClassifyHooks, train_classify.Trainer):
+            """The hooks SpikingJelly's Trainer is meant to be subclassed through."""
 
-    class ClassifyTrainer(train_classify.Trainer):
-        """The hooks SpikingJelly's Trainer is meant to be subclassed through."""
-
-        def __init__(self, plan: Any, recorder: Any) -> None:
-            self.plan = plan
-            self.recorder = recorder
-            self.config = plan.training_config
-            self.time_steps = self.config.model.time_steps
-            self.history: list[dict[str, Any]] = []
-            self._epoch: dict[str, Any] = {}
-            self._truncated = False
-            # early stopping and a search's pruner after each epoch (run/early_stopping.py)
-            self.monitor = Monitor.for_plan(plan, recorder.summary, agree=broadcast_from_rank0)
-            self._verdict = Verdict(improved=False, stop=False)
-
-        # --- data and model: our groups -------------------------------------------------
-
-        def load_ImageNet(self, args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
-            """Our data group's datasets; the Trainer's own samplers, seeded like it seeds
-            them (one process gets a one-replica DistributedSampler, whose order depends on
-            seed and epoch only, so a resumed epoch sees the batches it would have)."""
-            train_set, val_set = import_object(self.config.dataset_builder, "data.builder")(
-                **self.config.dataset_kwargs
-            )
-            for dataset in (train_set, val_set):  # Trainer.main counts len(dataset.classes)
-                if not hasattr(dataset, "classes"):
-                    dataset.classes = list(range(self.config.model.num_classes))
-            if args.distributed:
-                train_sampler = DistributedSampler(train_set, seed=args.seed)
-                val_sampler = DistributedSampler(val_set, shuffle=False)
-            else:
-                train_sampler = DistributedSampler(
-                    train_set, num_replicas=1, rank=0, seed=args.seed
-                )
-                val_sampler = torch.utils.data.SequentialSampler(val_set)
-            return train_set, val_set, train_sampler, val_sampler
-
-        def load_model(self, args: argparse.Namespace, num_classes: int) -> torch.nn.Module:
-            """The ModelConfig's builder as SpikingJelly's loop calls it (whole model, a stage)."""
-            from experiments.snn.models import build_single_process_model
-
-            model = build_single_process_model(
-                self.config.model, torch.device(args.device), args.batch_size
-            )
-            self.model = model  # the replicas' parameters (DDP wraps, never copies, it)
-            return model
-
-        def set_optimizer(self, args: argparse.Namespace, parameters: Any) -> torch.optim.Optimizer:
-            """Our optimizer group's class and arguments (the Trainer knows three by name);
-            the Trainer's norm-weight-decay parameter groups keep their own weight_decay."""
-            cls = import_object(self.config.optimizer, "optimizer.name")
-            return cls(parameters, **self.config.optimizer_kwargs)
-
-        def replica_spread(self) -> float:
-            """Largest difference of any parameter's sum across the DDP replicas (0: in step)."""
-            sums = torch.stack([p.detach().double().sum() for p in self.model.parameters()])
-            sums = distributed_env.collective_tensor(sums)  # NCCL: on this rank's GPU
-            gathered = [torch.empty_like(sums) for _ in range(torch.distributed.get_world_size())]
-            torch.distributed.all_gather(gathered, sums)
-            stacked = torch.stack(gathered)
-            return (stacked.max(0).values - stacked.min(0).values).abs().max().item()
-
-        def get_tb_logdir_name(self, args: argparse.Namespace) -> str:
-            return TB_NAME
-
-        # --- the time dimension --------------------------------------------------------
-
-        def _sequence(self, x: torch.Tensor) -> torch.Tensor:
-            if x.ndim == 5:  # [N, T, C, H, W] from a sequence loader -> [T, N, C, H, W]
-                return x.transpose(0, 1).contiguous()
-            return x.unsqueeze(0).repeat(self.time_steps, *([1] * x.ndim))
-
-        def preprocess_train_sample(
-            self, args: argparse.Namespace, x: torch.Tensor
-        ) -> torch.Tensor:
-            return self._sequence(x)
-
-        def preprocess_test_sample(self, args: argparse.Namespace, x: torch.Tensor) -> torch.Tensor:
-            return self._sequence(x)
-
-        def process_model_output(self, args: argparse.Namespace, y: torch.Tensor) -> torch.Tensor:
-            return y.mean(0) if y.ndim == 3 else y  # [T, N, classes] -> firing-rate readout
-
-        # --- recording -----------------------------------------------------------------
-
-        def train_one_epoch(
-            self,
-            model: torch.nn.Module,
-            criterion: Any,
-            optimizer: torch.optim.Optimizer,
-            data_loader: Any,
-            device: Any,
-            epoch: int,
-            args: argparse.Namespace,
-            model_ema: Any = None,
-            scaler: Any = None,
-        ) -> tuple[float, float, float]:
-            """The library's epoch; records its throughput and where a resume starts."""
-            self.after_checkpoint()  # the Trainer saved the previous epoch's checkpoint
-            steps_per_epoch = len(data_loader)
-            args.steps_per_epoch = steps_per_epoch  # saved with the checkpoint's args
-            if not self._truncated:  # epochs after the checkpoint are trained again
-                self.recorder.truncate_logs(after_step=epoch * steps_per_epoch)
-                self.history = [r for r in _read_metrics(self.plan.run_dir) if r["epoch"] <= epoch]
-                self._truncated = True
-            if not args.distributed:
-                data_loader.sampler.set_epoch(epoch)
-            lr = optimizer.param_groups[0]["lr"]
-            started = time.perf_counter()
-            train_loss, train_acc1, _ = super().train_one_epoch(
-                model, criterion, optimizer, data_loader, device, epoch, args, model_ema, scaler
-            )
-            seconds, images = time.perf_counter() - started, len(data_loader.sampler)
-            if args.distributed:  # all ranks' images over the slowest rank's time
-                maximum = torch.distributed.ReduceOp.MAX
-                seconds = utils.reduce_across_processes(seconds, op=maximum).item()
-                images = utils.reduce_across_processes(images).item()
-            self._epoch = {
-                "step": (epoch + 1) * steps_per_epoch,
-                "epoch": epoch + 1,
-                "train_loss": float(train_loss),
-                "train_accuracy": float(train_acc1) / 100,
-                "images_per_second": images / max(seconds, 1e-9),
-                "lr": lr,
-                "train_seconds": seconds,
-            }
-            return train_loss, train_acc1, _
-
-        def evaluate(
-            self,
-            args: argparse.Namespace,
-            model: torch.nn.Module,
-            criterion: Any,
-            data_loader: Any,
-            device: Any,
-            log_suffix: str = "",
-        ) -> tuple[float, float, float]:
-            loss, acc1, acc5 = super().evaluate(
-                args, model, criterion, data_loader, device, log_suffix
-            )
-            key = "ema_val" if log_suffix == "EMA" else "val"
-            self._epoch.update({f"{key}_loss": float(loss), f"{key}_accuracy": float(acc1) / 100})
-            if not args.test_only and (log_suffix == "EMA" or not args.model_ema):
-                self._log_epoch()
-            return loss, acc1, acc5
-
-        def after_checkpoint(self) -> None:
-            """After the Trainer saved an epoch's checkpoint: keep it as the best if that
-            epoch was, and stop here if early stopping said so."""
-            verdict, self._verdict = self._verdict, Verdict(improved=False, stop=False)
-            if verdict.improved:
-                folder = checkpoint_dir(self.plan.run_dir)
-                if self.recorder.enabled:
-                    shutil.copyfile(folder / LATEST, folder / f".{BEST_FILE}.tmp")
-                    os.replace(folder / f".{BEST_FILE}.tmp", folder / BEST_FILE)
-                self.monitor.kept(folder / BEST_FILE)
-            if verdict.stop:
-                raise _EarlyStop
-
-        def _log_epoch(self) -> None:
-            record = dict(self._epoch)
-            self.history.append(record)
-            self.recorder.log_metrics(record)
-            if self.monitor.active:
-                self._verdict = self.monitor.after_evaluation(
-                    record["step"], record["epoch"], record
-                )
-            if self.recorder.enabled:
-                print(
-                    f"epoch {record['epoch']}: val_accuracy={record['val_accuracy']:.4f} "
-                    f"val_loss={record['val_loss']:.4f} train_loss={record['train_loss']:.4f}",
-                    flush=True,
-                )
-
-        def final_metrics(self, args: argparse.Namespace) -> dict[str, Any]:
-            if not self._truncated:  # resumed after its last epoch: the record has them all
-                self.history = _read_metrics(self.plan.run_dir)
-            last = self.history[-1] if self.history else {}
-            evaluated = self._epoch if args.test_only else last
-            metrics = {
-                "val_accuracy": evaluated.get(
-                    "val_accuracy", evaluated.get("ema_val_accuracy", math.nan)
-                ),
-                "val_loss": evaluated.get("val_loss", evaluated.get("ema_val_loss", math.nan)),
-                "train_loss": last.get("train_loss", math.nan) if not args.test_only else math.nan,
-                "images_per_second": _mean_throughput(self.history) if not args.test_only else 0.0,
-                "steps": last.get("step", 0),
-                "epochs": last.get("epoch", 0),
-                "global_batch": args.batch_size * getattr(args, "world_size", 1),
-            }
-            for key in ("ema_val_accuracy", "ema_val_loss"):
-                if key in evaluated:
-                    metrics[key] = evaluated[key]
-            return metrics
-
-    _TRAINER = ClassifyTrainer
+        _TRAINER = ClassifyTrainer
     return _TRAINER
+
+
+class _ClassifyHooks:
+    """The methods ClassifyTrainer overrides, first in its MRO: `super()` here is
+    SpikingJelly's Trainer."""
+
+    def __init__(self, plan: Any, recorder: Any) -> None:
+        self.plan = plan
+        self.recorder = recorder
+        self.config = plan.training_config
+        self.time_steps = self.config.model.time_steps
+        self.history: list[dict[str, Any]] = []
+        self._epoch: dict[str, Any] = {}
+        self._truncated = False
+        # early stopping and a search's pruner after each epoch (run/early_stopping.py)
+        self.monitor = Monitor.for_plan(
+            plan, recorder.summary, agree=collectives.broadcast_from_rank0
+        )
+        self._verdict = Verdict(improved=False, stop=False)
+
+    # --- data and model: our groups -----------------------------------------------------
+
+    def load_ImageNet(self, args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
+        """Our data group's datasets; the Trainer's own samplers, seeded like it seeds
+        them (one process gets a one-replica DistributedSampler, whose order depends on
+        seed and epoch only, so a resumed epoch sees the batches it would have)."""
+        import torch
+        from torch.utils.data import DistributedSampler
+
+        from experiments.data import import_object
+
+        train_set, val_set = import_object(self.config.dataset_builder, "data.builder")(
+            **self.config.dataset_kwargs
+        )
+        for dataset in (train_set, val_set):  # Trainer.main counts len(dataset.classes)
+            if not hasattr(dataset, "classes"):
+                dataset.classes = list(range(self.config.model.num_classes))
+        if args.distributed:
+            train_sampler = DistributedSampler(train_set, seed=args.seed)
+            val_sampler = DistributedSampler(val_set, shuffle=False)
+        else:
+            train_sampler = DistributedSampler(train_set, num_replicas=1, rank=0, seed=args.seed)
+            val_sampler = torch.utils.data.SequentialSampler(val_set)
+        return train_set, val_set, train_sampler, val_sampler
+
+    def load_model(self, args: argparse.Namespace, num_classes: int) -> torch.nn.Module:
+        """The ModelConfig's builder as SpikingJelly's loop calls it (whole model, a stage)."""
+        import torch
+
+        from experiments.snn.models import build_single_process_model
+
+        model = build_single_process_model(
+            self.config.model, torch.device(args.device), args.batch_size
+        )
+        self.model = model  # the replicas' parameters (DDP wraps, never copies, it)
+        return model
+
+    def set_optimizer(self, args: argparse.Namespace, parameters: Any) -> torch.optim.Optimizer:
+        """Our optimizer group's class and arguments (the Trainer knows three by name);
+        the Trainer's norm-weight-decay parameter groups keep their own weight_decay."""
+        from experiments.data import import_object
+
+        cls = import_object(self.config.optimizer, "optimizer.name")
+        return cls(parameters, **self.config.optimizer_kwargs)
+
+    def replica_spread(self) -> float:
+        """Largest difference of any parameter's sum across the DDP replicas (0: in step)."""
+        return collectives.replica_spread(self.model.parameters())
+
+    def get_tb_logdir_name(self, args: argparse.Namespace) -> str:
+        return TB_NAME
+
+    # --- the time dimension ------------------------------------------------------------
+
+    def _sequence(self, x: torch.Tensor) -> torch.Tensor:
+        if x.ndim == 5:  # [N, T, C, H, W] from a sequence loader -> [T, N, C, H, W]
+            return x.transpose(0, 1).contiguous()
+        return x.unsqueeze(0).repeat(self.time_steps, *([1] * x.ndim))
+
+    def preprocess_train_sample(self, args: argparse.Namespace, x: torch.Tensor) -> torch.Tensor:
+        return self._sequence(x)
+
+    def preprocess_test_sample(self, args: argparse.Namespace, x: torch.Tensor) -> torch.Tensor:
+        return self._sequence(x)
+
+    def process_model_output(self, args: argparse.Namespace, y: torch.Tensor) -> torch.Tensor:
+        return y.mean(0) if y.ndim == 3 else y  # [T, N, classes] -> firing-rate readout
+
+    # --- recording ---------------------------------------------------------------------
+
+    def train_one_epoch(
+        self,
+        model: torch.nn.Module,
+        criterion: Any,
+        optimizer: torch.optim.Optimizer,
+        data_loader: Any,
+        device: Any,
+        epoch: int,
+        args: argparse.Namespace,
+        model_ema: Any = None,
+        scaler: Any = None,
+    ) -> tuple[float, float, float]:
+        """The library's epoch; records its throughput and where a resume starts."""
+        import torch
+        from spikingjelly.activation_based.examples.common.tv_ref_classify import utils
+
+        self.after_checkpoint()  # the Trainer saved the previous epoch's checkpoint
+        steps_per_epoch = len(data_loader)
+        args.steps_per_epoch = steps_per_epoch  # saved with the checkpoint's args
+        if not self._truncated:  # epochs after the checkpoint are trained again
+            self.recorder.truncate_logs(after_step=epoch * steps_per_epoch)
+            self.history = [r for r in _read_metrics(self.plan.run_dir) if r["epoch"] <= epoch]
+            self._truncated = True
+        if not args.distributed:
+            data_loader.sampler.set_epoch(epoch)
+        lr = optimizer.param_groups[0]["lr"]
+        started = time.perf_counter()
+        train_loss, train_acc1, _ = super().train_one_epoch(  # type: ignore[misc]
+            model, criterion, optimizer, data_loader, device, epoch, args, model_ema, scaler
+        )
+        seconds, images = time.perf_counter() - started, len(data_loader.sampler)
+        if args.distributed:  # all ranks' images over the slowest rank's time
+            maximum = torch.distributed.ReduceOp.MAX
+            seconds = utils.reduce_across_processes(seconds, op=maximum).item()
+            images = utils.reduce_across_processes(images).item()
+        self._epoch = {
+            "step": (epoch + 1) * steps_per_epoch,
+            "epoch": epoch + 1,
+            "train_loss": float(train_loss),
+            "train_accuracy": float(train_acc1) / 100,
+            "images_per_second": images / max(seconds, 1e-9),
+            "lr": lr,
+            "train_seconds": seconds,
+        }
+        return train_loss, train_acc1, _
+
+    def evaluate(
+        self,
+        args: argparse.Namespace,
+        model: torch.nn.Module,
+        criterion: Any,
+        data_loader: Any,
+        device: Any,
+        log_suffix: str = "",
+    ) -> tuple[float, float, float]:
+        loss, acc1, acc5 = super().evaluate(  # type: ignore[misc]
+            args, model, criterion, data_loader, device, log_suffix
+        )
+        key = "ema_val" if log_suffix == "EMA" else "val"
+        self._epoch.update({f"{key}_loss": float(loss), f"{key}_accuracy": float(acc1) / 100})
+        if not args.test_only and (log_suffix == "EMA" or not args.model_ema):
+            self._log_epoch()
+        return loss, acc1, acc5
+
+    def after_checkpoint(self) -> None:
+        """After the Trainer saved an epoch's checkpoint: keep it as the best if that
+        epoch was, and stop here if early stopping said so."""
+        verdict, self._verdict = self._verdict, Verdict(improved=False, stop=False)
+        if verdict.improved:
+            folder = checkpoint_dir(self.plan.run_dir)
+            if self.recorder.enabled:
+                with atomically(folder / BEST_FILE, fsync=False) as temporary:
+                    shutil.copyfile(folder / LATEST, temporary)
+            self.monitor.kept(folder / BEST_FILE)
+        if verdict.stop:
+            raise _EarlyStop
+
+    def _log_epoch(self) -> None:
+        record = dict(self._epoch)
+        self.history.append(record)
+        self.recorder.log_metrics(record)
+        if self.monitor.active:
+            self._verdict = self.monitor.after_evaluation(record["step"], record["epoch"], record)
+        if self.recorder.enabled:
+            print(
+                f"epoch {record['epoch']}: val_accuracy={record['val_accuracy']:.4f} "
+                f"val_loss={record['val_loss']:.4f} train_loss={record['train_loss']:.4f}",
+                flush=True,
+            )
+
+    def final_metrics(self, args: argparse.Namespace) -> dict[str, Any]:
+        if not self._truncated:  # resumed after its last epoch: the record has them all
+            self.history = _read_metrics(self.plan.run_dir)
+        last = self.history[-1] if self.history else {}
+        evaluated = self._epoch if args.test_only else last
+        metrics = {
+            "val_accuracy": evaluated.get(
+                "val_accuracy", evaluated.get("ema_val_accuracy", math.nan)
+            ),
+            "val_loss": evaluated.get("val_loss", evaluated.get("ema_val_loss", math.nan)),
+            "train_loss": last.get("train_loss", math.nan) if not args.test_only else math.nan,
+            "images_per_second": _mean_throughput(self.history) if not args.test_only else 0.0,
+            "steps": last.get("step", 0),
+            "epochs": last.get("epoch", 0),
+            "global_batch": args.batch_size * getattr(args, "world_size", 1),
+        }
+        for key in ("ema_val_accuracy", "ema_val_loss"):
+            if key in evaluated:
+                metrics[key] = evaluated[key]
+        return metrics
 
 
 _TRAINER: type | None = None
@@ -470,9 +476,4 @@ def _mean_throughput(history: list[dict[str, Any]]) -> float:
 
 
 def _read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return [
-        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
-    ]
+    return read_jsonl(run_dir / METRICS)[0]
