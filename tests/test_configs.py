@@ -157,6 +157,9 @@ def test_every_combination_plans_or_is_refused_naming_the_pinned_key(
             plan.training_config.tensor_parallel_size,
         ) == (pp, tp)
         assert plan.global_batch == plan.training_config.batch_size * dp
+        # the spike and energy measurement is planned for every SNN model, an equal share a rank
+        assert plan.spikes.active and plan.spikes.images >= 64
+        assert plan.spikes.images % dp == 0
 
 
 # (dp, pp, tp) and the data-parallel kind of each topology at world size 4 (conf/topology/).

@@ -123,8 +123,10 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("eval*"))
     code, _, err = evaluate(copy, copy, *args)
     assert code == 2
-    assert err.strip().count("\n") == 0 and err.startswith("error:") and named in err
-    assert "Traceback" not in err
+    lines = err.strip().splitlines()  # one line, or argparse's usage and one error line
+    last = lines[-1].removeprefix("experiments-eval: ")
+    assert last.startswith("error:") and named in last, err
+    assert len(lines) == 1 or (len(lines) == 2 and lines[0].startswith("usage:")), err
     assert not (copy / "eval.json").exists() and not (copy / "eval_confusion.png").exists()
 
 
@@ -153,6 +155,15 @@ def test_eval_of_a_classic_trainer_run_reproduces_its_validation(tmp_path: Path)
     assert record["step"] == final["steps"] == 2
     assert abs(record["val_accuracy"] - final["val_accuracy"]) <= 1e-6
     assert abs(record["val_loss"] - final["val_loss"]) <= 1e-5 * final["val_loss"]
+    # The Trainer's spike measurement (its own preprocessing and readout, after its last
+    # evaluation) is eval's on the same checkpoint: every layer's counts, the MACs and ACs.
+    (trained,) = json.loads((run_dir / "spikes.json").read_text())["evaluations"]
+    measured = record["spikes"]
+    assert trained["images"] == measured["images"] == 32
+    assert trained["layers"] == measured["layers"] and len(trained["layers"]) == 20
+    for key in ("firing_rate", "synops_per_image", "macs_per_image", "acs_per_image"):
+        assert trained[key] == pytest.approx(measured[key], rel=1e-6), key
+    assert final["energy_per_image_mj"] == trained["energy_per_image_mj"]
 
 
 def test_export_writes_one_file_that_eval_takes_and_refuses_bad_input(
@@ -197,15 +208,23 @@ def test_export_writes_one_file_that_eval_takes_and_refuses_bad_input(
     torn.write_bytes(torn.read_bytes()[:1000])
     torn = torn.parent  # the step folder below
     for args, said in (
-        ([str(copy), "ema=true"], "ema=True"),
+        ([str(copy), "--ema"], "error: --ema: left out: an SNN run's checkpoints"),
         ([str(moved)], "not an export"),
-        ([str(copy), "epochs=3"], "out=FILE or ema=true|false"),
         ([str(torn.parent)], "step_00000003"),
         ([str(tmp_path / "elsewhere")], "a run directory made by experiments-train"),
     ):
         code, out, err = export(*args)
         assert code == 2, (args, out, err)
         assert err.startswith("error:") and err.strip().count("\n") == 0 and said in err, err
+    # argparse's answers: its usage, then one error line (a bare call: the same, exit 2)
+    for args, said in (
+        ([str(copy), "epochs=3"], "error: unrecognized arguments: epochs=3"),
+        ([], "error: the following arguments are required: RUN_DIR|CHECKPOINT"),
+    ):
+        code, out, err = export(*args)
+        lines = err.strip().splitlines()
+        assert (code, out) == (2, "") and lines[0].startswith("usage: experiments-export")
+        assert lines[-1] == f"experiments-export: {said}", err
     assert list((copy / "export").iterdir()) == []  # (moved away above) none written since
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -64,14 +65,20 @@ def start(run_dir: Path, args: list[str]) -> subprocess.Popen:
         )
 
 
-def wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen, timeout: float = 300) -> None:
+def wait_for_step(
+    run_dir: Path,
+    step: int,
+    proc: subprocess.Popen,
+    timeout: float = 300,
+    stderr_file: Path | None = None,
+) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         path = run_dir / "steps.jsonl"
         if path.exists() and any(r["step"] >= step for r in read_jsonl(path)):
             return
         if proc.poll() is not None:
-            stderr = (run_dir.parent / f"{run_dir.name}.stderr").read_text()
+            stderr = (stderr_file or run_dir.parent / f"{run_dir.name}.stderr").read_text()
             pytest.fail(f"run ended before step {step}: {stderr[-3000:]}")
         time.sleep(0.05)
     pytest.fail(f"step {step} not reached in {timeout} s")
@@ -117,16 +124,43 @@ def test_same_config_and_seed_give_identical_losses(reference: dict[str, list[fl
 def test_killed_process_resumes_on_rerun_onto_the_same_trajectory(
     tmp_path: Path, reference: dict[str, list[float]]
 ) -> None:
-    run_dir = tmp_path / "run"
-    kill_at_step(run_dir, 6, complete=4)
+    """Started as a newcomer starts it, without hydra.run.dir (so in a timestamped directory
+    a second run of the same command would not find), SIGKILLed after step 6: the line it
+    printed as it started names that directory, and running that line resumes there onto
+    the uninterrupted trajectory. No second directory is made."""
+    work = tmp_path / "work"
+    work.mkdir()
+    printed = work / "stdout"
+    with open(printed, "w") as stdout, open(work / "stderr", "w") as stderr:
+        proc = processes.spawn([CLI, *BASE], cwd=work, env=cli_env(), stdout=stdout, stderr=stderr)
+    prefix = "To resume this run if it stops: "
+    deadline = time.time() + 120
+    while not (said := [ln for ln in printed.read_text().splitlines() if ln.startswith(prefix)]):
+        assert time.time() < deadline and proc.poll() is None, (work / "stderr").read_text()
+        time.sleep(0.05)
+    command = shlex.split(said[0].removeprefix(prefix))
+    assert command[: len(BASE) + 1] == ["experiments-train", *BASE], command
+    (named,) = [w for w in command if w.startswith("hydra.run.dir=")]
+    run_dir = work / named.removeprefix("hydra.run.dir=")
+    assert run_dir.parent.parent == work / "outputs" / "runs", run_dir  # the timestamped one
+    wait_for_step(run_dir, 6, proc, stderr_file=work / "stderr")
+    seal = run_dir / "checkpoints" / "step_00000004" / "pp_0000_tp_0000" / ".metadata"
+    while not seal.is_file():
+        assert time.time() < deadline + 120 and proc.poll() is None, "checkpoint never completed"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
     assert summary(run_dir)["status"] == "running"  # what a killed run leaves behind
-    train(run_dir, [])  # the same command again
+    assert summary(run_dir)["resume_command"] == said[0].removeprefix(prefix)
+    again = run_cli(command[1:], cwd=work)  # what it printed, as printed
+    assert again.returncode == 0, again.stderr[-4000:]
     record = summary(run_dir)
     assert (record["status"], record["metrics"]["steps"], record["resumes"]) == ("completed", 12, 1)
     assert record["resumed_from"].endswith("step_00000004") or record["resumed_from"].endswith(
         "step_00000008"
     )
     assert losses(run_dir) == pytest.approx(reference["single"], rel=1e-6)
+    assert list((work / "outputs" / "runs").glob("*/*")) == [run_dir]
 
 
 @pytest.mark.dist

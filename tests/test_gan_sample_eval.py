@@ -153,7 +153,7 @@ def test_sample_writes_a_grid_and_the_images_of_the_newest_checkpoint(
     out = tmp_path / "grid.png"
     result = run_tool(
         "experiments-sample",
-        [str(run_dir), "num=12", "seed=5", "npz=true", f"out={out}"],
+        [str(run_dir), "--num", "12", "--seed", "5", "--npz", "--out", str(out)],
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -184,13 +184,15 @@ def test_sample_is_seeded_and_a_checkpoint_path_picks_that_checkpoint(
         ("older", _checkpoint(run_dir, 10), 3),
     ):
         out = tmp_path / f"{name}.png"
-        code, stdout, err = _main("sample", [target, "num=8", f"seed={seed}", f"out={out}"], capsys)
+        code, stdout, err = _main(
+            "sample", [target, "--num", 8, "--seed", seed, "--out", out], capsys
+        )
         assert code == 0, err
         drawn[name] = out
     assert "iteration 10" in stdout  # the last call: the checkpoint named
     assert drawn["first"].read_bytes() == drawn["again"].read_bytes()
-    # Without out=: <run dir>/samples/, named after the checkpoint, seed and count.
-    code, stdout, err = _main("sample", [run_dir, "num=8", "seed=3"], capsys)
+    # Without --out: <run dir>/samples/, named after the checkpoint, seed and count.
+    code, stdout, err = _main("sample", [run_dir, "--num", "8", "--seed", "3"], capsys)
     assert code == 0, err
     default = run_dir / "samples" / f"iter_{ITERS}_seed_3_num_8.png"
     assert str(default) in stdout
@@ -201,14 +203,15 @@ def test_sample_is_seeded_and_a_checkpoint_path_picks_that_checkpoint(
 
 
 @pytest.mark.parametrize(
-    ("arguments", "key"),
+    ("arguments", "said"),
     [
-        (["class=3"], "class"),  # dcgan is not class-conditional
-        (["ema=true"], "ema"),  # dcgan trains no EMA generator
-        (["num=0"], "num"),
-        (["nmu=4"], "nmu"),
-        (["out=grid.jpg"], "out"),
-        (["seed=-1"], "seed"),
+        (["--class", "3"], "error: --class 3: left out: dcgan"),  # not class-conditional
+        (["--ema"], "error: --ema: --no-ema or left out"),  # dcgan trains no EMA generator
+        (["--num", "0"], "error: argument --num: 0: an integer >= 1"),
+        (["--nmu", "4"], "error: unrecognized arguments: --nmu 4"),
+        (["--out", "grid.jpg"], "error: --out grid.jpg: a file name ending in .png"),
+        (["--seed", "-1"], "error: argument --seed: -1: an integer >= 0"),
+        (["num=4"], "error: unrecognized arguments: num=4"),  # the old key=value spelling
     ],
 )
 def test_sample_refuses_bad_arguments_in_one_line_and_writes_nothing(
@@ -216,15 +219,19 @@ def test_sample_refuses_bad_arguments_in_one_line_and_writes_nothing(
     tmp_path: Path,
     capsys: pytest.CaptureFixture,
     arguments: list[str],
-    key: str,
+    said: str,
 ) -> None:
+    """Our own checks are one line; argparse's (a flag's type, an unknown flag) are its usage
+    and one error line, as every experiments-* tool answers."""
     run_dir, _ = run
     before = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
-    if not any(a.startswith("out=") for a in arguments):
-        arguments = [*arguments, f"out={tmp_path / 'grid.png'}"]
+    if "--out" not in arguments:
+        arguments = [*arguments, "--out", str(tmp_path / "grid.png")]
     code, out, err = _main("sample", [run_dir, *arguments], capsys)
     assert (code, out) == (2, "")
-    assert err.startswith(f"error: invalid config: {key}=") and err.count("\n") == 1, err
+    lines = err.strip().splitlines()
+    last = lines[-1].removeprefix("experiments-sample: ")  # argparse names the tool first
+    assert last.startswith(said) and (len(lines) == 1 or lines[0].startswith("usage:")), err
     assert not list(tmp_path.iterdir())
     assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before
 
@@ -255,10 +262,10 @@ def test_sample_of_a_conditional_ema_model_draws_rows_of_classes_from_the_ema_ge
     conditional_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     def sample(*arguments: str) -> tuple[np.ndarray, np.ndarray, str]:
-        """(grid, labels, stdout) of one call, with npz=true."""
+        """(grid, labels, stdout) of one call, with --npz."""
         out = tmp_path / f"{len(list(tmp_path.iterdir()))}.png"
         code, stdout, err = _main(
-            "sample", [conditional_run, *arguments, "npz=true", f"out={out}"], capsys
+            "sample", [conditional_run, *arguments, "--npz", "--out", out], capsys
         )
         assert code == 0, err
         saved = np.load(out.with_suffix(".npz"))
@@ -266,12 +273,12 @@ def test_sample_of_a_conditional_ema_model_draws_rows_of_classes_from_the_ema_ge
         return np.asarray(Image.open(out)), saved["labels"], stdout
 
     sides: set[int] = set()  # the recipe's image side (model.scale)
-    grid, labels, stdout = sample("num=20")  # 10 classes: one row each, 2 a row
+    grid, labels, stdout = sample("--num", "20")  # 10 classes: one row each, 2 a row
     assert ", ema," in stdout  # the EMA generator by default
     (side,) = sides
     assert grid.shape == (10 * side, 2 * side)
     assert labels.tolist() == [c for c in range(10) for _ in range(2)]
-    raw, _, stdout = sample("num=20", "ema=false")
+    raw, _, stdout = sample("--num", "20", "--no-ema")
     assert ", generator," in stdout
     assert not np.array_equal(grid, raw)  # same noise and labels, other weights
     # The oracle is not the sampler's own label: MMGen's EMA generator and raw generator,
@@ -292,16 +299,16 @@ def test_sample_of_a_conditional_ema_model_draws_rows_of_classes_from_the_ema_ge
     saved = sorted(tmp_path.glob("*.npz"))
     assert np.array_equal(np.load(saved[0])["images"], drawn["generator_ema"])
     assert np.array_equal(np.load(saved[1])["images"], drawn["generator"])
-    _, labels, _ = sample("num=6", "class=3")
+    _, labels, _ = sample("--num", "6", "--class", "3")
     assert labels.tolist() == [3] * 6
-    code, _, err = _main("sample", [conditional_run, "class=10"], capsys)
-    assert code == 2 and "class=10: a class of the model: 0..9" in err
+    code, _, err = _main("sample", [conditional_run, "--class", "10"], capsys)
+    assert code == 2 and "--class 10: a class of the model: 0..9" in err
 
 
 def test_an_export_of_the_ema_generator_samples_the_same_png_bytes(
     conditional_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    """experiments-export of a GAN run: the EMA generator by default (ema=false: the raw
+    """experiments-export of a GAN run: the EMA generator by default (--no-ema: the raw
     one), a plain state dict in MMGen's key layout that MMGen's own builder takes strictly;
     experiments-sample FILE draws the same PNG bytes as the run's checkpoint, seed for seed."""
     import torch
@@ -314,7 +321,8 @@ def test_an_export_of_the_ema_generator_samples_the_same_png_bytes(
     exports = {}
     for ema in ("true", "false"):
         out = tmp_path / f"generator_{ema}.pt"
-        code, _, err = _main("export", [conditional_run, f"out={out}", f"ema={ema}"], capsys)
+        flag = "--ema" if ema == "true" else "--no-ema"
+        code, _, err = _main("export", [conditional_run, "--out", out, flag], capsys)
         assert code == 0, err
         exports[ema] = out
         sidecar = json.loads(out.with_name(out.name + ".json").read_text())
@@ -325,34 +333,34 @@ def test_an_export_of_the_ema_generator_samples_the_same_png_bytes(
         )
         generator = build_module(sidecar["generator"])  # MMGen's builder, our file
         generator.load_state_dict(torch.load(out, weights_only=True), strict=True)
-    code, _, err = _main("export", [conditional_run, f"out={tmp_path / 'x.pt'}"], capsys)
+    code, _, err = _main("export", [conditional_run, "--out", tmp_path / "x.pt"], capsys)
     assert code == 0 and json.loads((tmp_path / "x.pt.json").read_text())["ema"] is True
 
     def png(target: Path, *arguments: str) -> bytes:
         out = tmp_path / f"sample_{len(list(tmp_path.glob('sample_*')))}.png"
-        code, _, err = _main("sample", [target, "num=20", "seed=5", *arguments, f"out={out}"],
+        code, _, err = _main("sample", [target, "--num", 20, "--seed", 5, *arguments, "--out", out],
                              capsys)  # fmt: skip
         assert code == 0, err
         return out.read_bytes()
 
     assert png(exports["true"]) == png(conditional_run)  # EMA, as the run samples by default
-    assert png(exports["false"]) == png(conditional_run, "ema=false")
+    assert png(exports["false"]) == png(conditional_run, "--no-ema")
     assert png(exports["true"]) != png(exports["false"])
-    code, _, err = _main("sample", [exports["true"], "ema=false"], capsys)
+    code, _, err = _main("sample", [exports["true"], "--no-ema"], capsys)
     assert code == 2 and "holds the EMA generator only" in err
 
 
 def test_an_export_evaluates_to_the_runs_quality_and_ema_is_refused_without_one(
     run: tuple[Path, str], tmp_path: Path, capsys
 ) -> None:
-    """dcgan trains no EMA generator: ema=true is refused in one line (exit 2, nothing
+    """dcgan trains no EMA generator: --ema is refused in one line (exit 2, nothing
     written); its export evaluates (experiments-eval FILE) to the checkpoint's SWD."""
     run_dir, _ = run
-    code, out, err = _main("export", [run_dir, "ema=true"], capsys)
+    code, out, err = _main("export", [run_dir, "--ema"], capsys)
     assert (code, out) == (2, "") and "model=dcgan trains no EMA generator" in err, err
     assert not (run_dir / "export").exists()
     exported = tmp_path / "dcgan.pt"
-    code, _, err = _main("export", [run_dir, f"out={exported}"], capsys)
+    code, _, err = _main("export", [run_dir, "--out", exported], capsys)
     assert code == 0, err
     code, _, err = _main("eval", [_checkpoint(run_dir, ITERS)], capsys)
     assert code == 0, err
@@ -365,6 +373,6 @@ def test_an_export_evaluates_to_the_runs_quality_and_ema_is_refused_without_one(
     torn = tmp_path / "torn.pt"  # cut short, its sidecar intact
     torn.write_bytes(exported.read_bytes()[:200])
     torn.with_name("torn.pt.json").write_text(exported.with_name("dcgan.pt.json").read_text())
-    code, out, err = _main("sample", [torn, f"out={tmp_path / 'torn.png'}"], capsys)
+    code, out, err = _main("sample", [torn, "--out", tmp_path / "torn.png"], capsys)
     assert (code, out) == (2, "") and err.count("\n") == 1, err
     assert "a readable export (" in err and not (tmp_path / "torn.png").exists()

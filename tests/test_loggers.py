@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from experiments.errors import ConfigError
+from experiments.snn.spikes import read as read_spikes
 
 from .conftest import REPO, plan_for, read_jsonl, run_cli
 from .support.wandb_records import read_run
@@ -79,6 +80,19 @@ def tensorboard_events(log_dir: Path) -> tuple[dict[str, list[tuple[int, float]]
     return scalars, hparams
 
 
+def tensorboard_histograms(log_dir: Path, tag: str) -> list[tuple[int, float]]:
+    """(step, number of values) of each histogram logged under `tag`."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    found: list[tuple[int, float]] = []
+    for events in sorted(log_dir.glob("events.out.tfevents.*")):
+        accumulator = EventAccumulator(str(events), size_guidance={"histograms": 0})
+        accumulator.Reload()
+        if tag in accumulator.Tags()["histograms"]:
+            found.extend((e.step, e.histogram_value.num) for e in accumulator.Histograms(tag))
+    return found
+
+
 def csv_rows(run_dir: Path) -> list[dict[str, str]]:
     with open(run_dir / "csv" / "metrics.csv", newline="") as handle:
         return list(csv.DictReader(handle))
@@ -127,7 +141,7 @@ def test_snn_run_in_every_logger(snn_run: Path) -> None:
     assert same(history(client, run.info.run_id, "epoch/val_accuracy"), accuracy)
     final = summary["metrics"]["val_accuracy"]
     assert run.data.metrics["final/val_accuracy"] == pytest.approx(final)
-    assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["plan.json"]
+    assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["plan.json", "spikes.png"]
 
     # W&B offline: the run record, config, history rows with their steps, summary, files
     wandb = read_run(snn_run)
@@ -137,7 +151,7 @@ def test_snn_run_in_every_logger(snn_run: Path) -> None:
     logged = [(h["_step"], h["train/loss"]) for h in wandb["history"] if "train/loss" in h]
     assert same(logged, losses)
     assert wandb["summary"]["final/val_accuracy"] == pytest.approx(final)
-    assert "plan.json" in wandb["files"]
+    assert {"plan.json", "spikes.png"} <= set(wandb["files"])
 
     # CSV: a row per logged step, a column per metric
     rows = csv_rows(snn_run)
@@ -149,6 +163,27 @@ def test_snn_run_in_every_logger(snn_run: Path) -> None:
     assert same(scalars["train/loss"], losses)
     assert same(scalars["final/val_accuracy"], [(0, final)])
     assert hparams["trainer.batch_size"] == 16 and hparams["model.time_steps"] == 2
+
+    # Spikes, measured at each evaluation: the network's figures and each layer's rate in
+    # every logger, equal to spikes.json; TensorBoard also draws the layers' rates' histogram
+    measured = read_spikes(snn_run)
+    assert [r["step"] for r in measured] == [step for step, _ in accuracy]
+    layer = measured[-1]["layers"][-1]["layer"]
+    expected = {
+        "spikes/firing_rate": [(r["step"], r["firing_rate"]) for r in measured],
+        "spikes/energy_per_image_mj": [(r["step"], r["energy_per_image_mj"]) for r in measured],
+        f"spikes/firing_rate/{layer}": [
+            (r["step"], r["layers"][-1]["firing_rate"]) for r in measured
+        ],
+    }
+    for key, values in expected.items():
+        assert same(history(client, run.info.run_id, key), values)
+        assert same([(h["_step"], h[key]) for h in wandb["history"] if key in h], values)
+        assert same([(int(r["step"]), float(r[key])) for r in rows if r[key]], values)
+        assert same(scalars[key], values)
+    histograms = tensorboard_histograms(snn_run / "tensorboard", "spikes/layer_firing_rates")
+    assert [step for step, _ in histograms] == [r["step"] for r in measured]
+    assert histograms[-1][1] == len(measured[-1]["layers"])  # one value per layer
 
 
 def summary_lr(run_dir: Path) -> float:

@@ -130,3 +130,49 @@ def test_the_main_job_writes_the_run_directory_contract(main_job: MainJob) -> No
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert checkpoints == ["step_00000150", "step_00000180"]  # interval 50, keep 2, the last
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.slow
+def test_the_main_job_measures_spikes_and_energy_at_every_evaluation(main_job: MainJob) -> None:
+    """What SNN papers report, read on the main job's run: per layer and evaluation its firing
+    rate, silent and saturated fractions on the same 64 validation images; the network's
+    mean rate, synaptic operations, MACs and energy per image from SpikingJelly's energy model
+    with its cost constants; in spikes.json, metrics.jsonl, summary.json, the completed
+    lines, TensorBoard (a scalar per layer, a histogram) and spikes.png."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir = main_job.run_dir
+    record = json.loads((run_dir / "spikes.json").read_text())
+    assert record["cost_constants_pj"]["e_mac_pj"] == 4.6
+    assert record["cost_constants_pj"]["e_ac_pj"] == 0.9
+    assert record["slice"] == {"images": 64, "seed": 0}
+    evaluations = record["evaluations"]
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert [e["step"] for e in evaluations] == [m["step"] for m in metrics] == [45, 90, 135, 180]
+    for evaluation, epoch in zip(evaluations, metrics, strict=True):
+        assert evaluation["images"] == 64
+        layers = evaluation["layers"]
+        assert len(layers) == 20 and layers[0]["layer"] == "sn1"  # SEW-ResNet18's LIF layers
+        assert all(0 <= layer["silent"] <= 1 and 0 <= layer["saturated"] <= 1 for layer in layers)
+        spikes = sum(layer["firing_rate"] * layer["neurons"] for layer in layers)
+        assert evaluation["firing_rate"] == pytest.approx(
+            spikes / sum(layer["neurons"] for layer in layers)  # neuron-weighted (same T)
+        )
+        assert 0 < evaluation["firing_rate"] < 1 and evaluation["synops_per_image"] > 0
+        costs = record["cost_constants_pj"]
+        compute = evaluation["macs_per_image"] * costs["e_mac_pj"]
+        compute += evaluation["acs_per_image"] * costs["e_ac_pj"]
+        assert evaluation["energy_per_image_mj"] == pytest.approx(compute * 1e-9)
+        for key in ("firing_rate", "synops_per_image", "energy_per_image_mj"):
+            assert epoch[key] == evaluation[key]
+    final = json.loads((run_dir / "summary.json").read_text())["metrics"]
+    assert final["energy_per_image_mj"] == evaluations[-1]["energy_per_image_mj"]
+    assert final["firing_rate"] == evaluations[-1]["firing_rate"]
+    assert f"firing rate   {final['firing_rate']:.4f}" in main_job.stdout
+    assert f"energy        {final['energy_per_image_mj']:.4g} mJ per image" in main_job.stdout
+    assert (run_dir / "spikes.png").stat().st_size > 10_000
+    (events,) = (run_dir / "tensorboard").glob("events.out.tfevents.*")
+    tags = EventAccumulator(str(events), size_guidance={"histograms": 0}).Reload().Tags()
+    assert "spikes/firing_rate/layer4.1.sn2" in tags["scalars"]
+    assert "spikes/energy_per_image_mj" in tags["scalars"]
+    assert "spikes/firing_rate" in tags["histograms"]

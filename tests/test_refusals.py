@@ -20,7 +20,7 @@ CASES = [
     (["+launcher.nodes=2"], "launcher.nodes=2: not a key of launcher=local"),
     (["+optimizer.momentum=0.9"], "optimizer.momentum=0.9: not an argument of AdamW"),
     (["optimizer=sgd", "+optimizer.nesterv=true"], "optimizer.nesterv=True: not an argument of SGD; did you mean optimizer.nesterov?"),
-    (["trainer.scheduler=torch.optim.lr_scheduler.CosineAnnealingLR"], "trainer.scheduler_kwargs.T_max=None: required by CosineAnnealingLR"),
+    (["trainer.scheduler=torch.optim.lr_scheduler.CosineAnnealingLR"], "trainer.scheduler_kwargs.T_max=null: required by CosineAnnealingLR"),
     (["trainer.scheduler=torch.optim.lr_scheduler.StepLR", "+trainer.scheduler_kwargs.step_sze=3"], "trainer.scheduler_kwargs.step_sze=3: not an argument of StepLR; did you mean trainer.scheduler_kwargs.step_size?"),
     (["+trainer.scheduler_kwargs.gamma=0.5"], "trainer.scheduler_kwargs={'gamma': 0.5}: {} without trainer.scheduler"),
     (["model.time_steps=abc"], "model.time_steps='abc': an integer >= 1"),
@@ -38,8 +38,8 @@ CASES = [
     (["+epochs=3"], "epochs=3: not a key of the run config"),
     (["+optimizer.betas=[0.9]", "optimizer=sgd"], "optimizer.betas=[0.9]: not an argument of SGD"),
     (["+optimizer.momentom=0.9", "optimizer=sgd"], "optimizer.momentom=0.9: not an argument of SGD; did you mean optimizer.momentum?"),
-    (["trainer.scheduler=torch.optim.lr_scheduler.StepLR"], "trainer.scheduler_kwargs.step_size=None: required by StepLR"),
-    (["trainer.scheduler=torch.optim.lr_scheduler.OneCycleLR"], "trainer.scheduler_kwargs.max_lr=None: required by OneCycleLR"),
+    (["trainer.scheduler=torch.optim.lr_scheduler.StepLR"], "trainer.scheduler_kwargs.step_size=null: required by StepLR"),
+    (["trainer.scheduler=torch.optim.lr_scheduler.OneCycleLR"], "trainer.scheduler_kwargs.max_lr=null: required by OneCycleLR"),
 ]  # fmt: skip
 
 

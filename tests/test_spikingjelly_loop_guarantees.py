@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from experiments.errors import ConfigError
+from experiments.snn.spikes import read as read_spikes
 
 from .conftest import (
     CLI,
     cli_env,
-    compose_run,
     login_ended_well,
     plan_for,
     read_jsonl,
@@ -108,6 +108,10 @@ def test_resume_extension_torn_checkpoint_eval_and_fresh_start(tmp_path: Path, f
     torn = run_dir / "checkpoints" / "step_00000005"
     shutil.copytree(run_dir / "checkpoints" / "step_00000003", torn)
     (torn / "pp_0000_tp_0000" / ".metadata").unlink()
+    # ... and the killed writer's evaluation at step 5, which spikes.json holds already
+    measured = json.loads((run_dir / "spikes.json").read_text())
+    measured["evaluations"].append({**measured["evaluations"][-1], "step": 5})
+    (run_dir / "spikes.json").write_text(json.dumps(measured))
     output = train([*SINGLE, "trainer.max_steps=5", "logger=csv"], run_dir, tmp_path)
     skipped = [line for line in output.splitlines() if "skipping torn checkpoint" in line]
     assert len(skipped) == 1 and "step_00000005" in skipped[0] and ".metadata" in skipped[0]
@@ -116,6 +120,10 @@ def test_resume_extension_torn_checkpoint_eval_and_fresh_start(tmp_path: Path, f
     assert Path(extended["resumed_from"]).name == "step_00000003"
     assert extended["extensions"] and extended["metrics"]["steps"] == 5
     assert step_folders(run_dir) == ["step_00000003", "step_00000004", "step_00000005"]
+    # spikes.json, like metrics.jsonl, keeps the evaluations up to the checkpoint, then goes on
+    # (the stale step-5 evaluation is gone: the one left is the resumed run's)
+    evaluated_at = [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")]
+    assert [r["step"] for r in read_spikes(run_dir)] == evaluated_at and evaluated_at[0] == 3
     train([*SINGLE, "trainer.max_steps=5"], straight, tmp_path)
     losses = [s["loss"] for s in read_jsonl(run_dir / "steps.jsonl")]
     expected = [s["loss"] for s in read_jsonl(straight / "steps.jsonl")]
@@ -130,6 +138,7 @@ def test_resume_extension_torn_checkpoint_eval_and_fresh_start(tmp_path: Path, f
     assert step_folders(run_dir) == ["step_00000002"]
     assert [s["step"] for s in read_jsonl(run_dir / "steps.jsonl")] == [1, 2]
     assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [2]
+    assert [r["step"] for r in read_spikes(run_dir)] == [2]
     figures(wall_s=first["wall_time_s"])
 
 
@@ -193,13 +202,41 @@ def test_a_single_process_sets_its_own_rendezvous(monkeypatch: pytest.MonkeyPatc
     assert "MASTER_PORT" not in single_process_env() and "RANK" not in single_process_env()
 
 
-def test_the_scheduler_anneals_per_optimizer_step_in_the_spikformer_recipe() -> None:
-    """SpikingJelly's loop steps the scheduler once per optimizer step (issue 26 item 9): the
-    recipe's cosine T_max counts optimizer steps over its 300 epochs, not epochs."""
-    cfg = compose_run(["experiment=spikformer_cifar10_ddp"])
-    ranks, batch, epochs = cfg.launcher.nproc_per_node, cfg.trainer.batch_size, cfg.trainer.epochs
-    steps_per_epoch = math.ceil(math.ceil(50000 / ranks) / batch)  # the sampler pads per rank
-    assert cfg.trainer.scheduler_kwargs.T_max == steps_per_epoch * epochs == 29400
+@pytest.mark.parametrize("ranks", [8, 4])
+def test_the_presets_cosine_spans_the_run_on_any_gpu_count(imagefolder: Path, ranks: int) -> None:
+    """SpikingJelly's loop steps the scheduler once per optimizer step (issue 26 item 9), and
+    the Spikformer preset's `T_max: auto` is derived from the run under its topology: on 4
+    ranks twice the steps of 8, so the cosine ends at 0 on the last step instead of reaching
+    0 halfway and climbing back up (issue 50)."""
+    base = ["experiment=spikformer_cifar10_ddp", f"data.root={imagefolder}"]
+    plan = plan_for([*base, f"launcher.nproc_per_node={ranks}"])
+    images = len(list((imagefolder / "train").rglob("*.png")))
+    per_epoch = math.ceil(math.ceil(images / ranks) / 64)  # the sampler pads per rank
+    assert plan.training_config.scheduler_kwargs == {"T_max": 300 * per_epoch}
+    assert f"T_max {300 * per_epoch}: 300 epochs x {images} images over {ranks}" in (plan.as_text())
+
+
+def test_a_cosine_shorter_than_the_run_is_refused_before_launch() -> None:
+    """The main job's 180 steps (4 epochs of ceil(1413 / 32)); on DDP x2 each rank takes half
+    the images, so 92; a T_max that ends before the run is refused, naming the run's steps."""
+    main = ["experiment=digits_sew_resnet18"]
+    assert plan_for(main).training_config.scheduler_kwargs == {"T_max": 180}
+    ddp = [*main, "topology=ddp", "launcher=torchrun", "launcher.nproc_per_node=2"]
+    assert plan_for(ddp).training_config.scheduler_kwargs == {"T_max": 4 * 23}
+    capped = plan_for([*main, "trainer.max_steps=50"]).training_config.scheduler_kwargs
+    assert capped == {"T_max": 50}
+    assert (
+        plan_for([*main, "trainer.scheduler_kwargs.T_max=400"]).training_config.scheduler_kwargs[
+            "T_max"
+        ]
+        == 400
+    )  # longer than the run: the cosine stops short of 0, as asked
+    with pytest.raises(ConfigError) as refused:
+        plan_for([*main, "trainer.scheduler_kwargs.T_max=100"])
+    assert str(refused.value).startswith(
+        "invalid config: trainer.scheduler_kwargs.T_max=100: auto (derives this run's 180 optimizer steps) or "
+        "a number >= 180: at step 100 of 180 the cosine reaches its minimum and climbs back up"
+    ), refused.value
 
 
 # --- Slurm: a requeue's SIGTERM ---------------------------------------------------------

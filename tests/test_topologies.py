@@ -300,6 +300,43 @@ def test_data_parallel_ranks_read_disjoint_halves_of_the_epoch(runs: Runs) -> No
     assert sorted(first + second) == list(range(128))
 
 
+# --- spikes and energy: the single process's figures on any topology ----------------------
+
+
+def _spikes(runs: Runs, name: str) -> dict[str, Any]:
+    """The run's spike and energy measurement at its final evaluation (step 8)."""
+    evaluation = json.loads((runs.get(name) / "spikes.json").read_text())["evaluations"][-1]
+    assert evaluation["step"] == STEPS
+    return evaluation
+
+
+def test_spike_and_energy_figures_are_the_single_processes_on_every_topology(runs: Runs) -> None:
+    """At the same step, channel TP x2 and PP x2 give the single process's figures (their
+    weights are its weights to 1e-4: test_channel_tp_..., test_pipeline_...): each rank
+    counts what it holds, rank 0 combines. Measured equal: every layer's firing rate, silent
+    and saturated fractions and size, the synaptic operations and MACs; the ACs (element-wise
+    work, which each layout does a little differently) within 0.1 %. Data-parallel runs
+    count the 64-image slice once (each rank measures its half), and FSDP2's figures are
+    DDP's (the same weights to 1e-5)."""
+    single = _spikes(runs, "single")
+    assert single["images"] == 64 and len(single["layers"]) == 20
+    for name in ("tp", "pp1"):
+        other = _spikes(runs, name)
+        assert other["images"] == 64
+        assert other["layers"] == single["layers"], name
+        assert (other["firing_rate"], other["synops_per_image"], other["macs_per_image"]) == (
+            single["firing_rate"], single["synops_per_image"], single["macs_per_image"],
+        ), name  # fmt: skip
+        assert other["acs_per_image"] == pytest.approx(single["acs_per_image"], rel=1e-3)
+        assert other["energy_per_image_mj"] == pytest.approx(single["energy_per_image_mj"],
+                                                             rel=1e-3)  # fmt: skip
+    ddp, fsdp2 = _spikes(runs, "ddp"), _spikes(runs, "fsdp2")
+    assert ddp["images"] == fsdp2["images"] == 64  # 32 a rank, summed: not 128
+    assert ddp["macs_per_image"] == single["macs_per_image"]  # per image, the same network
+    for key in ("firing_rate", "synops_per_image", "energy_per_image_mj"):
+        assert fsdp2[key] == pytest.approx(ddp[key], rel=1e-3), key
+
+
 # --- pipeline micro-batches and gradient accumulation scale exactly -----------------------
 
 
@@ -579,7 +616,7 @@ def test_export_of_a_sharded_run_is_one_state_dict_that_evaluates_to_its_numbers
 
     run_dir = runs.get(name)
     out = tmp_path / f"{name}.pt"
-    assert export([str(run_dir), f"out={out}"]) == 0
+    assert export([str(run_dir), "--out", str(out)]) == 0
     state = torch.load(out, map_location="cpu", weights_only=True)
     sidecar = json.loads((tmp_path / f"{name}.pt.json").read_text())
     assert (sidecar["step"], sidecar["run_dir"], sidecar["family"]) == (STEPS, str(run_dir), "snn")

@@ -89,6 +89,13 @@ def asked_for_sweep() -> bool:
     )
 
 
+def _say_launch_notes(plans: list[Any]) -> None:
+    """At submission, what the jobs ask for (Slurm's resources), once per distinct line; a
+    warning goes to stderr."""
+    for line in dict.fromkeys(line for plan in plans for line in plan.launch_notes):
+        print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout, flush=True)
+
+
 def _print(text: str) -> None:
     """Print and flush now, so a closed stdout is noticed here (and handled) rather than at
     the interpreter's exit."""
@@ -288,6 +295,7 @@ class ExperimentsCallback(Callback):
                     else plan.as_text()
                 )
                 sys.exit(0)
+            _say_launch_notes([plan])
             _hold_sweep(config)
             _prepare_loggers(config)
             return
@@ -327,6 +335,7 @@ class ExperimentsCallback(Callback):
                     _print(f"--- sweep point {number}: {' '.join(points[number])}")
                 _print(plan.as_text())
             sys.exit(0)
+        _say_launch_notes(plans)
         _hold_sweep(config)
         from experiments.run.summary import record_extensions
 

@@ -20,6 +20,13 @@ def _active() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+def rank() -> int:
+    """This process's rank in the process group (0 without one)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if _active() else 0
+
+
 def broadcast_from_rank0(value: Any) -> Any:
     """Rank 0's value on every rank: decisions that read shared storage are rank 0's, so all
     ranks act on the same one."""

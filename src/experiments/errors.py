@@ -20,7 +20,20 @@ class ConfigError(Exception):
         self.key = key
         self.value = value
         self.expected = expected
-        super().__init__(f"invalid config: {key}={value!r}: {expected}")
+        super().__init__(describe(key, value, expected))
+
+
+def describe(key: str, value: Any, expected: str) -> str:
+    """`invalid config: key=value: what is valid`, the value as the user writes it (null, not
+    None); a tool's flag (`--ema`) as the flag alone, or the flag and its value."""
+    if key.startswith("--"):
+        return f"{key}{'' if value is None else f' {value}'}: {expected}"
+    return f"invalid config: {key}={'null' if value is None else repr(value)}: {expected}"
+
+
+class RunStopped(RuntimeError):
+    """A run that cannot usefully go on (a family's health check said so mid-run): recorded
+    `failed` with this message, printed as one line, exit status 1."""
 
 
 class EvaluationError(RuntimeError):

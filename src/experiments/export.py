@@ -1,5 +1,5 @@
-"""`experiments-export <run dir | checkpoint> [out=FILE] [ema=true|false]`: a trained model
-as one topology-free file to take away.
+"""`experiments-export RUN_DIR|CHECKPOINT [--out FILE] [--ema|--no-ema]`: a trained model as
+one topology-free file to take away.
 
 The file is a plain state dict (`torch.load(path, weights_only=True)`) with a JSON sidecar
 (`<file>.json`: model config, source run and checkpoint, step, metrics); experiments-eval
@@ -12,41 +12,47 @@ work (experiments/families.py); bad input is one line and exit 2, nothing writte
 
 from __future__ import annotations
 
+import argparse
 import importlib
 from pathlib import Path
 
+from experiments import tool_cli
 from experiments.errors import ConfigError, exit_in_one_line
 from experiments.evaluate import find_target
 from experiments.families import for_summary
 
-USAGE = """\
-usage: experiments-export <run dir | checkpoint> [out=FILE] [ema=true|false]
-
-Writes the run's newest readable checkpoint (or the one named) as one plain state dict,
-<run dir>/export/<model>-step<N>.pt unless out=FILE, and its JSON sidecar <file>.json.
-SNN runs: the whole model. GAN runs: the generator, the EMA one unless ema=false.
-Load it without this package:  model.load_state_dict(torch.load(FILE, weights_only=True))
-Evaluate it:                   experiments-eval FILE   (GAN: experiments-sample FILE too)
-"""
-
-KEYS = ("out", "ema")
+PARSER = tool_cli.parser(
+    "experiments-export",
+    "Writes a run's newest readable checkpoint (or the one named) as one plain state dict,\n"
+    "<run dir>/export/<model>-step<N>.pt unless --out, and its JSON sidecar <file>.json.\n"
+    "SNN runs: the whole model. GAN runs: the generator, the EMA one unless --no-ema.\n"
+    "Load it without this package:  model.load_state_dict(torch.load(FILE, weights_only=True))",
+    [
+        "experiments-export outputs/runs/2026-12-06/10-00-00-000000",
+        "experiments-export RUN_DIR/checkpoints/step_00000180 --out model.pt",
+        "experiments-export GAN_RUN_DIR --no-ema      # the raw generator",
+        "experiments-eval model.pt                    # evaluate the exported file",
+    ],
+    "no readable checkpoint to export is bad input here too (exit 2)",
+)
+PARSER.add_argument(
+    "target", metavar="RUN_DIR|CHECKPOINT", help="a run directory or a checkpoint in one"
+)
+PARSER.add_argument(
+    "--out", metavar="FILE", help="the file to write (default: <run dir>/export/...)"
+)
+PARSER.add_argument(
+    "--ema",
+    action=argparse.BooleanOptionalAction,
+    default=None,
+    help="GAN runs: the EMA generator (the default where the recipe trains one) or not",
+)
 
 
 def export(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE, end="")
-        return 0 if argv else 2
-    target = find_target(argv[0])
-    options: dict[str, str] = {}
-    for argument in argv[1:]:
-        key, sep, value = argument.partition("=")
-        if not sep or key not in KEYS:
-            raise ConfigError(argument, None, "out=FILE or ema=true|false")
-        options[key] = value
-    ema = {"true": True, "false": False, None: None}.get(options.get("ema"), "bad")
-    if ema == "bad":
-        raise ConfigError("ema", options["ema"], "true or false")
-    out = Path(options["out"]).expanduser().resolve() if options.get("out") else None
+    args = PARSER.parse_args(argv)
+    target = find_target(args.target)
+    out = Path(args.out).expanduser().resolve() if args.out else None
     family = for_summary(target.summary)
     if family.exporter is None:
         raise ConfigError(
@@ -56,7 +62,7 @@ def export(argv: list[str]) -> int:
             "(SNN runs can)",
         )
     exporter = importlib.import_module(family.exporter)
-    path = exporter.export_run(target.run_dir, target.checkpoint, out, ema)
+    path = exporter.export_run(target.run_dir, target.checkpoint, out, args.ema)
     print(f"Exported {path} (sidecar {path.name}.json)\n  evaluate it: experiments-eval {path}")
     return 0
 

@@ -42,6 +42,16 @@ class Curve:
     title: str
 
 
+@dataclass(frozen=True)
+class Tradeoff:
+    """A sweep figure of the objective against a cost the family measures (lower is better):
+    one dot per completed point, the Pareto front marked, and the front listed in report.md."""
+
+    cost: str  # a metric of the family's (summary.json's metrics)
+    label: str  # its axis label
+    filename: str  # the figure's name in the sweep directory
+
+
 def _no_artifacts(run_dir: Path, metrics: dict[str, Any]) -> list[Path]:
     return []
 
@@ -83,6 +93,16 @@ class Family:
     logs_through_mmcv: bool = False
     # imported once by a local sweep's warm process (launchers/warm_points.py)
     warm_modules: tuple[str, ...] = ()
+    # the objective against a measured cost, drawn for every sweep (report/figures.py)
+    tradeoff: Tradeoff | None = None
+    # metrics besides the objective a search may optimise (`objective=`): name -> higher is
+    # better (the objective itself is always one, with `higher_is_better`)
+    other_objectives: Mapping[str, bool] = field(default_factory=dict)
+
+    @property
+    def directions(self) -> dict[str, bool]:
+        """Every metric a search may optimise -> whether higher is better."""
+        return {self.objective: self.higher_is_better, **self.other_objectives}
 
     def rank_key(self, value: float) -> float:
         """Sorting by this puts the best value first."""

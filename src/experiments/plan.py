@@ -18,10 +18,36 @@ from omegaconf import DictConfig
 from experiments import families, loggers
 from experiments import validation as check
 from experiments.composition import _placeholder_root_for_dry_run, _resolve
+from experiments.errors import ConfigError
 from experiments.known_keys import check_known_keys
 from experiments.run import early_stopping
 from experiments.run.recorded_config import check_against_record
 from experiments.sweepers.search_config import check_direction, search_pruner
+
+
+def _objectives(value: Any, family: Any) -> tuple[str, ...]:
+    """`objective`: what the run returns to a sweep (auto: the family's objective), or a list
+    of metrics for a multi-objective Optuna study."""
+    if value in (None, "auto"):
+        return (family.objective,)
+    names = list(value) if isinstance(value, list | tuple) else [value]
+    unknown = [name for name in names if name not in family.directions]
+    if unknown or not names or len(set(names)) != len(names):
+        raise ConfigError(
+            "objective",
+            value,
+            "auto (" + family.objective + "), one of " + ", ".join(family.directions)
+            + ", or a list of them, e.g. objective=[val_accuracy,energy_per_image_mj]"
+            if family.other_objectives else f"auto or {family.objective}",
+        )  # fmt: skip
+    return tuple(str(name) for name in names)
+
+
+def objective_value(plan: Any, metrics: dict[str, Any]) -> Any:
+    """What a run returns to its sweep: its objective's value, or the values of its
+    objectives (NaN where one was not measured: the sweep counts that run failed)."""
+    values = [metrics.get(name, float("nan")) for name in plan.objectives]
+    return values[0] if len(values) == 1 else values
 
 
 def build_plan(
@@ -46,7 +72,14 @@ def build_plan(
         families.refuse_retired_engine(run_dir)
     extensions = check_against_record(cfg, run_dir, values.get("resume")) if check_record else []
     family = families.for_model(values["model"])
+    objectives = _objectives(values.get("objective", "auto"), family)
     plan = family.plan(cfg, values, run_dir, overrides, choices, extensions)
-    check_direction(cfg, family.objective, family.higher_is_better)
+    plan.objective, plan.objectives = objectives[0], objectives
+    from experiments.launchers.local import is_sweep_point
+
+    # The search's settings are the login's (callbacks.py plans a point with them): a point's
+    # own process composes without the command line's hydra.sweeper overrides.
+    if check_record and not is_sweep_point():
+        check_direction(cfg, objectives, family.directions)
     early_stopping.check_pruned_trial(search_pruner(cfg), plan.engine, family)
     return early_stopping.attach(plan, values["trainer"], family)

@@ -18,7 +18,6 @@ recorded in the directory's cancelled.json, and those points show `cancelled` fr
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import shutil
@@ -28,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments import tool_cli
 from experiments.families import for_summary
 from experiments.run.record import read_records
 
@@ -301,8 +301,24 @@ def cancel(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="experiments-status", description=__doc__)
-    parser.add_argument("path", type=Path, help="a sweep directory (0/, 1/, ...) or a run's")
+    parser = tool_cli.parser(
+        "experiments-status",
+        "Where each point of a sweep (or one run) stands: state, step, last loss, objective,\n"
+        "problem; a run's line names the command that continues it.",
+        [
+            "experiments-status multirun/2026-12-06/10-00-00",
+            "experiments-status multirun/2026-12-06/10-00-00 --watch 10",
+            "experiments-status multirun/2026-12-06/10-00-00 --cancel   # scancel its jobs",
+            "experiments-status outputs/runs/2026-12-06/10-00-00-000000",
+        ],
+        "Slurm did not answer",
+    )
+    parser.add_argument(
+        "path",
+        type=Path,
+        metavar="SWEEP_DIR|RUN_DIR",
+        help="a sweep directory (0/, 1/, ...) or a run's",
+    )
     parser.add_argument("--watch", type=float, metavar="S", help="redraw every S seconds")
     parser.add_argument(
         "--cancel", action="store_true", help="scancel the points still queued or running"

@@ -21,8 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments import callbacks, distributed_env, families, launchers, loggers
 from experiments.callbacks import print_config_error
-from experiments.errors import ConfigError
-from experiments.plan import build_plan
+from experiments.errors import ConfigError, RunStopped
+from experiments.plan import build_plan, objective_value
 from experiments.run import failures, lock
 from experiments.run.checkpoint import CheckpointError
 from experiments.run.early_stopping import Pruned
@@ -30,6 +30,7 @@ from experiments.run.record import (
     NoSpaceError,
     RunRecorder,
     no_space,
+    resume_command,
 )
 from experiments.run.summary import (
     finish_failed,
@@ -149,15 +150,46 @@ def run(
     logger: Any = None,
     config: Any = None,
 ) -> float | None:
+    """A single run's own process (not a rank, a sweep point or a Slurm job, whose sweep
+    directory the same command finds again) says as it starts, and again if it stops short,
+    the one command that continues it in its directory: a kill -9 leaves the first line on
+    the screen, and summary.json keeps it (resume_command)."""
+    single = not (
+        distributed_env.is_worker()
+        or distributed_env.in_slurm_job()
+        or HydraConfig.get().mode == RunMode.MULTIRUN
+    )
+    line = f"To resume this run if it stops: {resume_command(plan.run_dir)}" if single else None
+    try:
+        value = _run(plan, cwd, warm_points, logger, config, line)
+    except BaseException:
+        if line is not None:
+            print(line, file=sys.stderr, flush=True)
+        raise
+    if line is not None and value is not None and math.isnan(value):  # its ranks stopped
+        print(line, file=sys.stderr, flush=True)
+    return value
+
+
+def _run(
+    plan: Any,
+    cwd: str,
+    warm_points: bool,
+    logger: Any,
+    config: Any,
+    resume_line: str | None,
+) -> float | None:
     previous = record_extensions(plan)  # before any process starts: the run is no longer done
     if previous and previous.get("status") == "completed" and plan.resume == "auto":
-        value = previous["metrics"].get(plan.objective)
+        value = objective_value(plan, previous["metrics"])
         shown = f"{value:.4f}" if isinstance(value, float) else str(value)
         print(
             f"Run already completed: {plan.run_dir} ({plan.objective}={shown}); "
             "resume=null retrains it."
         )
         return value
+    if resume_line is not None:
+        print(resume_line, flush=True)
     child = launchers.child_command(plan)
     if child is not None:  # torchrun's ranks, a local sweep's point: they record the run
         return launchers.launch_children(plan, child, warm_points)
@@ -188,7 +220,7 @@ def run(
         recorder.finish("pruned", metrics=pruned.metrics)
         print(f"Run pruned: {pruned}")
         return math.nan
-    except CheckpointError as error:
+    except (CheckpointError, RunStopped) as error:
         watchdog.stop()
         recorder.finish("failed", error=str(error))
         print(f"error: {error}", file=sys.stderr)
@@ -196,7 +228,7 @@ def run(
     except KeyboardInterrupt:  # Ctrl-C before the engine could stop at a step boundary
         watchdog.stop()
         recorder.finish(
-            "interrupted", interrupted="Ctrl-C; the same command resumes from the last checkpoint"
+            "interrupted", interrupted="Ctrl-C; its resume_command resumes from the last checkpoint"
         )
         raise
     except BaseException as error:
@@ -222,12 +254,26 @@ def run(
     if recorder.enabled and family.completed_lines is not None:
         where = loggers.where_to_look(plan.run_dir, logger or {})
         print(family.completed_lines(plan, recorder.summary) + where)
-    return metrics.get(plan.objective)
+    return objective_value(plan, metrics)
+
+
+USAGE = """\
+usage: experiments-train [KEY=VALUE ...] [-m] [--config-dir DIR] [--cfg job] [--help]
+
+A bare call trains nothing: name what to run, e.g.
+  experiments-train experiment=digits_sew_resnet18   # the main job
+  experiments-train model=sew_resnet18               # the defaults
+  experiments-train model=sew_resnet18 dry_run=true  # the checked plan, nothing written
+experiments-train --help lists the config groups, the common keys and the exit status.
+"""
 
 
 def main() -> None:
     """Console entry point. Hydra exits 1 on a composition error (unknown group option,
     unknown key): those are config errors too, so they exit 2 like our own validation."""
+    if not sys.argv[1:] and not distributed_env.is_worker():
+        print(USAGE, end="", file=sys.stderr)
+        sys.exit(ConfigError.exit_code)
     for group in ("experiment", "hparams_search"):
         if any(arg.startswith(f"+{group}=") for arg in sys.argv[1:]):
             print(

@@ -1,4 +1,4 @@
-"""`experiments-eval <run dir | checkpoint> [key=value ...]`: evaluate a run's checkpoint.
+"""`experiments-eval RUN_DIR|CHECKPOINT [KEY=VALUE ...]`: evaluate a run's checkpoint.
 
 The run directory is the record: its `.hydra/config.yaml` rebuilds the model exactly as it
 was trained, and `summary.json` says which family (and engine) wrote it. This module only
@@ -13,24 +13,36 @@ import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from experiments import tool_cli
 from experiments.errors import ConfigError, exit_in_one_line
 from experiments.families import for_summary
 from experiments.run.exported import is_exported, read_sidecar
 from experiments.run.record import read_summary
 from experiments.run.recorded_run import config_path
 
-USAGE = """\
-usage: experiments-eval <run dir | checkpoint> [key=value ...]
-
-Evaluates a run's checkpoint (the newest readable one for a run directory) on the run's own
-validation data (SNN) or data (GAN) and writes <run dir>/eval.json (SNN runs also
-eval_confusion.png).
-
-  SNN runs:  data.<key>=<value>  evaluate on other data (e.g. data.val_size=...)
-             trainer.batch_size=N, trainer.workers=N
-  GAN runs:  data=<option>, data.<key>=<value>, model.eval_images=N, seed=N
-             (SWD and MS-SSIM as training computes them; EMA models on the EMA generator)
-"""
+PARSER = tool_cli.parser(
+    "experiments-eval",
+    "Evaluates a run's checkpoint (the newest readable one for a run directory) on the run's\n"
+    "own validation data (SNN) or data (GAN) and writes <run dir>/eval.json (SNN runs also\n"
+    "eval_confusion.png and the run's spike and energy measurement).\n\n"
+    "KEY=VALUE overrides, as experiments-train takes them:\n"
+    "  SNN runs:  data.<key>=<value> (other data, e.g. data.val_size=...), trainer.batch_size=N,\n"
+    "             trainer.workers=N\n"
+    "  GAN runs:  data=<option>, data.<key>=<value>, model.eval_images=N, seed=N\n"
+    "             (SWD and MS-SSIM as training computes them; EMA models on the EMA generator)",
+    [
+        "experiments-eval outputs/runs/2026-12-06/10-00-00-000000",
+        "experiments-eval RUN_DIR/checkpoints/step_00000120",
+        "experiments-eval RUN_DIR data.val_size=512",
+        "experiments-eval model.pt                  # a file experiments-export wrote",
+    ],
+    "none of the run's checkpoints is readable",
+)
+PARSER.add_argument("target", metavar="RUN_DIR|CHECKPOINT",
+                    help="a run directory, a checkpoint in one, or an exported file")  # fmt: skip
+PARSER.add_argument(
+    "overrides", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides"
+)
 
 
 @dataclass(frozen=True)
@@ -83,16 +95,14 @@ def parse_overrides(arguments: list[str]) -> list[str]:
     for argument in arguments:
         key, sep, _ = argument.partition("=")
         if not sep or not key:
-            raise ConfigError(argument, None, "key=value, e.g. data.val_size=128")
+            PARSER.error(f"{argument!r} is not KEY=VALUE (e.g. data.val_size=128)")
     return arguments
 
 
 def evaluate(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE, end="")
-        return 0 if argv else 2
-    target = find_target(argv[0])
-    overrides = parse_overrides(argv[1:])
+    args = PARSER.parse_args(argv)
+    target = find_target(args.target)
+    overrides = parse_overrides(args.overrides)
     family = for_summary(target.summary)
     if family.evaluator is None:
         raise ConfigError(

@@ -29,9 +29,9 @@ def export_run(run_dir: Path, checkpoint: Path | None, out: Path | None, ema: bo
     has_ema = conditional.uses_ema(model)
     if ema and not has_ema:
         raise ConfigError(
-            "ema",
-            True,
-            f"false or left out: model={plan.choices.get('model')} trains no EMA generator "
+            "--ema",
+            None,
+            f"--no-ema or left out: model={plan.choices.get('model')} trains no EMA generator "
             f"({plan.recipe.recipe})",
         )
     use_ema = has_ema if ema is None else ema

@@ -19,7 +19,7 @@ from experiments.errors import ConfigError
 from experiments.gan import ddp as gan_ddp
 from experiments.gan.family import OBJECTIVE
 from experiments.gan.recipes import GANRecipe, build_config, build_model, configs_root
-from experiments.launchers import launcher_module
+from experiments.launchers import launch_notes, launcher_module
 from experiments.topology import Capabilities, ParallelDims, parallel_dims
 
 GAN_TOPOLOGIES = ("single", "ddp")
@@ -51,6 +51,8 @@ class GANPlan:
     distributed: bool = False
     # "key: old -> new" for each key this launch raises on a recorded run (run/recorded_config.py)
     extensions: list[str] = field(default_factory=list)
+    # what the launcher asks for, in words (launchers.launch_notes: Slurm's resources)
+    launch_notes: list[str] = field(default_factory=list)
 
     @property
     def global_batch(self) -> int:
@@ -115,6 +117,7 @@ class GANPlan:
             f"  launcher   {plan['launcher']}; it would execute:",
         ]
         lines += launch_lines(plan["launcher"], self.launch_command)
+        lines += [f"  {line}" for line in self.launch_notes]
         lines.append("  library config (MMGen recipe, mmcv Config.pretty_text):")
         lines += [f"    {line}" for line in self.mmgen_config.pretty_text.splitlines()]
         return "\n".join(lines)
@@ -218,6 +221,7 @@ def build_gan_plan(
         device=device,
         backend="nccl" if device == "cuda" else "gloo",
         launch_command=module.command(launcher, user_overrides(overrides), str(run_dir)),
+        launch_notes=launch_notes(launcher, "gan"),
         resume=resume,
         resume_from=resume_from,
         load_from=load_from,
@@ -310,6 +314,10 @@ def check_reshard(plan: GANPlan, extensions: list[str], allow_batch_change: bool
     )
 
 
+# trainer.spikes as conf/trainer/default.yaml sets it: what a GAN run leaves untouched
+SNN_SPIKES = {"images": "auto", "seed": 0, "costs": "fp32", "guard": 3}
+
+
 def _check_trainer(trainer: dict[str, Any]) -> None:
     if trainer.get("name") is not None:  # trainer=classify: the only named trainer option
         raise ConfigError(
@@ -323,6 +331,9 @@ def _check_trainer(trainer: dict[str, Any]) -> None:
         ("precision", "fp32"),
         ("execution_mode", "eager"),
         ("memopt_level", 0),
+        ("fp8_recipe", "auto"),
+        ("memopt_checkpoint_budget", "memory"),
+        ("memopt_compress_inputs", True),
         ("profile_steps", 0),
     ):
         if trainer.get(key) != default:
@@ -331,5 +342,14 @@ def _check_trainer(trainer: dict[str, Any]) -> None:
                 trainer.get(key),
                 f"{default}: GAN runs train with MMGen's train_model in fp32, eager "
                 "(batch and iterations are model.batch_size and model.iters)",
+            )
+    spikes = trainer.get("spikes") or {}
+    for key, default in SNN_SPIKES.items():
+        if spikes.get(key, default) != default:
+            raise ConfigError(
+                f"trainer.spikes.{key}",
+                spikes.get(key),
+                f"{default}: the spike and energy measurement is for SNN models (a GAN's "
+                "generator and discriminator do not spike)",
             )
     check.integer(trainer["workers"], "trainer.workers", minimum=0)

@@ -1,5 +1,5 @@
-"""`experiments-sample <run dir | checkpoint> [num=64] [class=N] [seed=0] [ema=true]
-[npz=false] [out=<file.png>]`: a GAN checkpoint's images, as a PNG grid (and an .npz).
+"""`experiments-sample RUN_DIR|CHECKPOINT [--num 64] [--class N] [--seed 0] [--ema|--no-ema]
+[--npz] [--out FILE.png]`: a GAN checkpoint's images, as a PNG grid (and an .npz).
 
 The model is rebuilt from the run's record exactly as `experiments-eval` rebuilds it
 (gan/evaluate.py: the recorded config's plan, MMGen's builders, mmcv's strict
@@ -8,12 +8,13 @@ MMGen's `sample_unconditional_model` / `sample_conditional_model` do: batches of
 the generator's own noise sampler, seeded here, so one seed gives the same images (and the
 same PNG bytes) every time and another seed other images. Grids use the layout of the run's
 training grids: square for an unconditional model; for a class-conditional one, one row per
-class (or `class=N`: every image of class N). Every argument is checked before anything is
+class (or `--class N`: every image of class N). Every argument is checked before anything is
 written; a bad one is one line and exit 2.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,27 +23,58 @@ from typing import Any
 import numpy as np
 import torch
 
+from experiments import tool_cli
 from experiments.errors import ConfigError, exit_in_one_line
-from experiments.known_keys import nearest
 from experiments.run.record import atomically
 
-USAGE = """\
-usage: experiments-sample <run dir | checkpoint> [num=64] [class=N] [seed=0] [ema=true]
-                          [npz=false] [out=<file.png>]
-
-Draws images from a GAN run's checkpoint (a run directory: its newest readable one) with
-MMGen's sampling API and writes a PNG grid, by default <run dir>/samples/iter_<N>_seed_<S>.png.
-
-  num=N     images to draw (default 64); a class-conditional model draws one row per class,
-            ceil(N / classes) images a row, unless class= is given
-  class=N   a class-conditional model only: every image of class N
-  seed=N    the noise seed (default 0): the same seed gives the same images
-  ema=B     true: the EMA generator (the default where the recipe trains one); false: the
-            raw generator
-  npz=B     true: also <out>.npz with the images (uint8, N x H x W x C, RGB) and labels
-  out=PATH  the PNG file to write
-"""
-KEYS = ("num", "class", "seed", "ema", "npz", "out")
+PARSER = tool_cli.parser(
+    "experiments-sample",
+    "Draws images from a GAN run's checkpoint (a run directory: its newest readable one) with\n"
+    "MMGen's sampling API and writes a PNG grid, by default\n"
+    "<run dir>/samples/iter_<N>_seed_<S>_num_<K>.png. The same seed gives the same images.",
+    [
+        "experiments-sample RUN_DIR",
+        "experiments-sample RUN_DIR --num 16 --seed 3 --out grid.png",
+        "experiments-sample BIGGAN_RUN_DIR --class 3 --num 8    # every image of class 3",
+        "experiments-sample model.pt --npz                      # an exported generator",
+    ],
+    "the run has no readable checkpoint",
+)
+PARSER.add_argument(
+    "target",
+    metavar="RUN_DIR|CHECKPOINT",
+    help="a GAN run directory, a checkpoint in one, or an exported generator",
+)
+PARSER.add_argument(
+    "--num",
+    type=tool_cli.at_least(1),
+    default=64,
+    metavar="N",
+    help="images to draw (default 64); a class-conditional model draws one row per class, "
+    "ceil(N / classes) a row, unless --class is given",
+)
+PARSER.add_argument(
+    "--class",
+    dest="label",
+    type=tool_cli.at_least(0),
+    metavar="N",
+    help="a class-conditional model only: every image of class N",
+)
+PARSER.add_argument(
+    "--seed", type=tool_cli.at_least(0), default=0, metavar="N", help="the noise seed (default 0)"
+)
+PARSER.add_argument(
+    "--ema",
+    action=argparse.BooleanOptionalAction,
+    default=None,
+    help="the EMA generator (the default where the recipe trains one) or the raw one",
+)
+PARSER.add_argument(
+    "--npz",
+    action="store_true",
+    help="also <out>.npz with the images (uint8, N x H x W x C, RGB) and labels",
+)
+PARSER.add_argument("--out", metavar="FILE.png", help="the PNG file to write")
 SAMPLES_DIR = "samples"  # <run dir>/samples/: ours; MMGen's hook writes training_samples/
 BATCH = 64  # images per sample_from_noise call (a fixed size: the draws do not depend on num)
 
@@ -61,52 +93,14 @@ class Request:
 
 
 def parse(argv: list[str]) -> Request:
-    if not argv:
-        raise ConfigError("run", None, "a GAN run directory or a checkpoint in one (see --help)")
-    values: dict[str, Any] = {}
-    for argument in argv[1:]:
-        key, sep, text = argument.partition("=")
-        if not sep or not key:
-            raise ConfigError(argument, None, "key=value, e.g. num=16")
-        if key not in KEYS:
-            raise ConfigError(key, text, "not an argument of experiments-sample; " +
-                              nearest(key, sorted(KEYS), "", "valid: "))  # fmt: skip
-        if key in values:
-            raise ConfigError(key, text, f"given twice ({key}={values[key]!r} before)")
-        values[key] = text
-    request: dict[str, Any] = {"target": argv[0]}
-    if "num" in values:
-        request["num"] = _integer("num", values["num"], minimum=1)
-    if "class" in values:
-        request["label"] = _integer("class", values["class"], minimum=0)
-    if "seed" in values:
-        request["seed"] = _integer("seed", values["seed"], minimum=0)
-    for key in ("ema", "npz"):
-        if key in values:
-            request[key] = _boolean(key, values[key])
-    if "out" in values:
-        out = Path(values["out"]).expanduser()
+    args = PARSER.parse_args(argv)
+    out = None
+    if args.out is not None:
+        out = Path(args.out).expanduser()
         if out.suffix.lower() != ".png" or out.is_dir():
-            raise ConfigError("out", values["out"], "a file name ending in .png")
-        request["out"] = out.absolute()
-    return Request(**request)
-
-
-def _integer(key: str, text: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ConfigError(key, text, f"an integer >= {minimum}") from None
-    if value < minimum:
-        raise ConfigError(key, value, f"an integer >= {minimum}")
-    return value
-
-
-def _boolean(key: str, text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered not in ("true", "false"):
-        raise ConfigError(key, text, "true or false")
-    return lowered == "true"
+            PARSER.error(f"--out {args.out}: a file name ending in .png")
+        out = out.absolute()
+    return Request(args.target, args.num, args.label, args.seed, args.ema, args.npz, out)
 
 
 def generator_kwargs(model: Any, request: Request) -> tuple[dict[str, Any], str]:
@@ -117,7 +111,7 @@ def generator_kwargs(model: Any, request: Request) -> tuple[dict[str, Any], str]
     try:
         kwargs = conditional.sample_kwargs(model, request.ema)
     except ValueError as error:  # ema=true, and the recipe trains no EMA generator
-        raise ConfigError("ema", request.ema, f"false or left out: {error}") from None
+        raise ConfigError("--ema", None, f"--no-ema or left out: {error}") from None
     return kwargs, "ema" if kwargs.get("sample_model") == "ema" else "generator"
 
 
@@ -130,13 +124,13 @@ def labels_for(model: Any, request: Request, recipe: str) -> tuple[torch.Tensor 
     if request.label is not None:
         if not classes:
             raise ConfigError(
-                "class",
+                "--class",
                 request.label,
                 f"left out: {recipe} is not class-conditional ({type(model).__name__} draws "
                 "from noise alone)",
             )
         if request.label >= classes:
-            raise ConfigError("class", request.label, f"a class of the model: 0..{classes - 1}")
+            raise ConfigError("--class", request.label, f"a class of the model: 0..{classes - 1}")
         return torch.full((request.num,), request.label, dtype=torch.long), square
     if not classes:
         return None, square
@@ -189,9 +183,6 @@ def write_grid(pixels: np.ndarray, per_row: int, path: Path) -> None:
 
 
 def sample(argv: list[str]) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        print(USAGE, end="")
-        return 0
     request = parse(argv)
     from experiments.evaluate import find_target
     from experiments.gan.evaluate import checkpoint_or_export, recorded_plan
@@ -248,9 +239,8 @@ def _check_export_generator(path: Path, request: Request) -> None:
     held = bool(read_sidecar(path).get("ema"))
     if request.ema != held:
         which = "the EMA generator" if held else "the raw generator"
-        raise ConfigError(
-            "ema", request.ema, f"{str(held).lower()} or left out: {path} holds {which} only"
-        )
+        flag, other = ("--ema", "--no-ema") if request.ema else ("--no-ema", "--ema")
+        raise ConfigError(flag, None, f"{other} or left out: {path} holds {which} only")
 
 
 def _default_out(

@@ -26,6 +26,13 @@ def launcher_module(name: str) -> ModuleType:
     return importlib.import_module(f"experiments.launchers.{name}")
 
 
+def launch_notes(launcher: dict, family: str) -> list[str]:
+    """Lines the dry run and the submission add about what the launcher asks for (Slurm's
+    resources; nothing for a local process or torchrun)."""
+    module = launcher_module(launcher["name"])
+    return module.resources(launcher, family) if hasattr(module, "resources") else []
+
+
 def child_command(plan: Any) -> list[str] | None:
     """The command that runs `plan` in child processes (torchrun's ranks, a local sweep's
     point), or None when it runs in this process."""

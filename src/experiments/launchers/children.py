@@ -84,7 +84,9 @@ def launch(plan: Any, command: list[str], warm_points: bool = False) -> float | 
         )
         record_failure(plan.run_dir, plan.overrides, error)  # a killed child wrote nothing
         raise error
-    return summary.get("metrics", {}).get(plan.objective)
+    from experiments.plan import objective_value
+
+    return objective_value(plan, summary.get("metrics", {}))
 
 
 def rank_logs(run_dir: Any, rank: int) -> list[str]:

@@ -92,6 +92,26 @@ def validate(launcher: dict) -> None:
         )
 
 
+def resources(launcher: dict, family: str) -> list[str]:
+    """What each Slurm job asks for, in words (the dry run and the submission print it), and
+    a warning when an SNN job asks for no GPU: Slurm grants none unless
+    launcher.gpus_per_node is set, and SpikingJelly's loop then trains on the nodes' CPUs."""
+    gpus, tasks = launcher.get("gpus_per_node") or 0, launcher["tasks_per_node"]
+    per_task = f"{gpus // tasks} GPU per task" if gpus else "no GPU"
+    lines = [
+        f"Slurm job: {launcher['nodes']} node(s) x {tasks} task(s), {per_task} "
+        f"(launcher.gpus_per_node={gpus}), {launcher['cpus_per_task']} CPU(s) per task, "
+        f"{launcher['mem_gb']} GB a node, {launcher['timeout_min']} min"
+    ]
+    if not gpus and family == "snn":
+        lines.append(
+            "warning: launcher.gpus_per_node=0: the job asks Slurm for no GPU, so SpikingJelly's "
+            "loop trains on CPUs; for GPUs set launcher.gpus_per_node=<GPUs a node> and "
+            "launcher.tasks_per_node to the same"
+        )
+    return lines
+
+
 def sbatch_parameters(launcher: dict, job_name: str) -> dict[str, object]:
     """The sbatch options submitit derives from our launcher fields (conf/launcher/slurm.yaml
     maps them onto hydra.launcher; submitit drops only the unset ones, so an empty `setup`

@@ -42,6 +42,11 @@ class TensorBoardLogger:
         for tag, value in metrics.items():
             self.writer().add_scalar(tag, value, step)
 
+    def histogram(self, tag: str, values: list[float], step: int) -> None:
+        import numpy
+
+        self.writer().add_histogram(tag, numpy.asarray(values, dtype=float), step)
+
     def artifact(self, path: Path) -> None:
         """Files stay in the run directory; TensorBoard shows scalars and hparams only."""
 

@@ -12,13 +12,13 @@ seconds; the end of the sweep and `experiments-report` always draw them.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from experiments import tool_cli
 from experiments.families import Family, for_points
 from experiments.report import figures as figs
 from experiments.report import seeds
@@ -132,6 +132,7 @@ def write_report(
             _markdown(
                 sweep_dir, columns, table, counts, ranked, plots, fam,
                 seeds.markdown(seed_table, config_keys, fam) if seed_table else [],
+                figs.pareto_points(points, fam),
             ),
             encoding="utf-8",
         )  # fmt: skip
@@ -180,6 +181,7 @@ def _markdown(
     plots: list[str],
     fam: Family,
     seed_lines: list[str] | None = None,
+    front: list[tuple[dict, float, float]] | None = None,
 ) -> str:
     objective = fam.objective
     lines = [
@@ -204,8 +206,19 @@ def _markdown(
         lines += [f"## Top {min(figs.TOP_K, len(ranked))} by {objective}", ""]
         lines += [*_table(columns, ranked[: figs.TOP_K]), "", "## All points", ""]
     lines += _table(columns, table)
+    lines += _front(fam, front or [])
     lines += ["", *(f"![{name.removesuffix('.png')}]({name})" for name in plots)]
     return "\n".join(lines) + "\n"
+
+
+def _front(fam: Family, front: list[tuple[dict, float, float]]) -> list[str]:
+    """The Pareto front of the objective against the family's cost, as a table."""
+    if fam.tradeoff is None or not front:
+        return []
+    cost = fam.tradeoff.cost
+    lines = ["", f"## Pareto front: {fam.objective} vs {cost}", "",
+             f"| point | {fam.objective} | {cost} |", "|---|---|---|"]  # fmt: skip
+    return lines + [f"| {p['point']} | {value:.4f} | {c:.4g} |" for p, c, value in front]
 
 
 def _table(columns: list[str], table: list[dict[str, Any]]) -> list[str]:
@@ -322,9 +335,19 @@ def format_run(run_dir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="experiments-report", description=__doc__)
+    parser = tool_cli.parser(
+        "experiments-report",
+        "Writes <sweep dir>/report.md, report.csv and figures from the sweep's run directories\n"
+        "alone, and prints the best point; for one run's directory, prints its summary.",
+        [
+            "experiments-report multirun/2026-12-06/10-00-00",
+            "experiments-report outputs/runs/2026-12-06/10-00-00-000000   # one run",
+        ],
+        "a point of the sweep failed or was interrupted (the report is written all the same)",
+    )
     parser.add_argument(
         "sweep_dir",
+        metavar="SWEEP_DIR|RUN_DIR",
         type=Path,
         help="a multirun directory (holds 0/, 1/, ...), or one run's directory (summarised)",
     )

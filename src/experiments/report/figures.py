@@ -65,7 +65,61 @@ def draw(sweep_dir: Path, points: list[dict[str, Any]], keys: list[str], fam: Fa
     with replacing(sweep_dir / "learning_curves.png") as temporary:
         figure.savefig(temporary, format="png")
     plt.close(figure)
-    return [*written, "learning_curves.png"]
+    written.append("learning_curves.png")
+    if fam.tradeoff is not None and pareto_points(points, fam):
+        written.append(_draw_tradeoff(sweep_dir, points, keys, fam))
+    return written
+
+
+def tradeoff_points(points: list[dict[str, Any]], fam: Family) -> list[tuple[dict, float, float]]:
+    """(point, cost, objective) of every completed point that measured both."""
+    found = []
+    assert fam.tradeoff is not None
+    for point in points:
+        metrics = point["summary"].get("metrics") or {}
+        cost, value = number(metrics.get(fam.tradeoff.cost)), number(metrics.get(fam.objective))
+        if point["summary"].get("status") == "completed" and cost is not None and value is not None:
+            found.append((point, cost, value))
+    return found
+
+
+def pareto_points(points: list[dict[str, Any]], fam: Family) -> list[tuple[dict, float, float]]:
+    """The points no other point beats on both the cost (lower) and the objective: cheapest
+    first, each better on the objective than every cheaper one."""
+    if fam.tradeoff is None:
+        return []
+    front: list[tuple[dict, float, float]] = []
+    cheapest_first = sorted(tradeoff_points(points, fam), key=lambda i: (i[1], fam.rank_key(i[2])))
+    for point, cost, value in cheapest_first:
+        if not front or fam.rank_key(value) < fam.rank_key(front[-1][2]):
+            front.append((point, cost, value))
+    return front
+
+
+def _draw_tradeoff(sweep_dir: Path, points: list[dict[str, Any]], keys: list[str], fam: Family):
+    import matplotlib.pyplot as plt
+
+    assert fam.tradeoff is not None
+    every, front = tradeoff_points(points, fam), pareto_points(points, fam)
+    figure, axis = plt.subplots(figsize=(6.4, 4.4), dpi=110)
+    axis.scatter([c for _, c, _ in every], [v for _, _, v in every], s=18, color="0.55",
+                 label="point", zorder=2)  # fmt: skip
+    axis.plot([c for _, c, _ in front], [v for _, _, v in front], "-o", color="C3",
+              markersize=6, label="Pareto front", zorder=3)  # fmt: skip
+    for point, cost, value in front:
+        axis.annotate(label(point, keys) or point["point"], (cost, value), fontsize=7,
+                      textcoords="offset points", xytext=(4, 4))  # fmt: skip
+    axis.set_xlabel(fam.tradeoff.label)
+    axis.set_ylabel(fam.objective)
+    axis.set_title(f"{fam.objective} vs {fam.tradeoff.cost}: {len(every)} points, "
+                   f"{len(front)} on the front", fontsize=9)  # fmt: skip
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    with replacing(sweep_dir / fam.tradeoff.filename) as temporary:
+        figure.savefig(temporary, format="png")
+    plt.close(figure)
+    return fam.tradeoff.filename
 
 
 def _key_panel(axis: Any, key: str, ranked: list[tuple[dict, float]], fam: Family) -> None:

@@ -74,8 +74,8 @@ class NoSpaceError(OSError):
         super().__init__(
             cause.errno if cause is not None else errno.ENOSPC,
             f"{what} writing {self.path} ({need}, {_bytes(self.free)} free there); the "
-            "previous checkpoint and records are intact: free space (or raise the quota) and "
-            "run the same command to resume",
+            "previous checkpoint and records are intact: free space (or raise the quota), then "
+            "resume the run",
         )
 
     def __str__(self) -> str:
@@ -372,6 +372,17 @@ def user_command() -> str:
     return shlex.join([*prefix, *sys.argv[1:]])
 
 
+def resume_command(run_dir: Path) -> str:
+    """The command that continues a single run in its own directory: the user's command with
+    `hydra.run.dir=<run_dir>` in place of any run directory it named. A single run's directory
+    is timestamped (conf/hydra/default.yaml), so the same command alone would start over in a
+    new one; naming the directory keeps every override as typed and resumes in place."""
+    from experiments.launchers.child import run_dir_overrides
+
+    words = [w for w in shlex.split(user_command()) if not w.startswith("hydra.run.dir=")]
+    return shlex.join([*words, run_dir_overrides(str(run_dir))[0]])
+
+
 class RunRecorder:
     """Writes the record of one run. Created on every rank; only rank 0 touches the disk."""
 
@@ -452,6 +463,16 @@ class RunRecorder:
     def scalar(self, tag: str, value: float, step: int) -> None:
         if self.enabled:
             self._track({tag: value}, step)
+
+    def scalars(self, metrics: dict[str, float], step: int) -> None:
+        if self.enabled:
+            self._track(metrics, step)
+
+    def histogram(self, tag: str, values: list[float], step: int) -> None:
+        """A distribution, to the loggers that draw one (TensorBoard); the others get its
+        values as scalars from the caller already."""
+        for logger in [t for t in self.loggers if hasattr(t, "histogram")]:
+            self._call(logger, "histogram", tag, values, step)
 
     def artifact(self, path: Path) -> None:
         for logger in list(self.loggers):

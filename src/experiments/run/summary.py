@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from experiments.run.record import (
     RunRecorder,
     git_commit,
     read_summary,
+    resume_command,
     user_command,
     versions,
     write_json_atomic,
@@ -66,7 +68,10 @@ def start_summary(
     summary = {key: described[key] for key in PLAN_FIELDS}
     summary.update(
         seed=plan.seed,
+        # what the run returns to a sweep (objective=; a search is told these recorded values)
+        objective=list(getattr(plan, "objectives", [plan.objective])),
         command=user_command(),
+        resume_command=_resume(plan.run_dir),
         overrides=plan.overrides,
         versions=versions(),
         git_commit=git_commit(cwd) or git_commit(str(Path(__file__).parent)),
@@ -80,6 +85,19 @@ def start_summary(
     if slurm is not None:
         summary["slurm"] = slurm
     return summary
+
+
+def _resume(run_dir: Path) -> str:
+    """A sweep point's or a Slurm job's: the same command (the sweep directory is named after
+    it); a single run's: the command naming its timestamped directory."""
+    from experiments import distributed_env
+    from experiments.launchers.local import is_sweep_point
+
+    command = user_command()
+    swept = {"-m", "--multirun", "hydra.mode=MULTIRUN"} & set(shlex.split(command))
+    if swept or is_sweep_point() or distributed_env.in_slurm_job():
+        return command
+    return resume_command(run_dir)
 
 
 def write_plan(plan: Any) -> Path:

@@ -63,6 +63,7 @@ def evaluate_run(run_dir: Path, checkpoint: Path | None, overrides: list[str]) -
     model, path, step = load_model(plan, run_dir, checkpoint)
     print(f"Evaluating {path} (step {step}) on data={plan.choices.get('data')} ...")
     result = _evaluate(plan, model)
+    measured = _spikes(plan, model, step)
     summary = read_summary(run_dir) or {}
     record = {
         "run_dir": str(run_dir),
@@ -80,6 +81,8 @@ def evaluate_run(run_dir: Path, checkpoint: Path | None, overrides: list[str]) -
         "per_class_accuracy": _per_class(result.confusion),
         # what training recorded for its final checkpoint, to compare at a glance
         "run_val_accuracy": summary.get("metrics", {}).get("val_accuracy"),
+        # the run's spike and energy measurement, on its slice, for this checkpoint
+        **({"spikes": measured} if measured is not None else {}),
     }
     write_json_atomic(run_dir / EVAL_FILE, record)
     figure = _confusion_figure(result.confusion, run_dir / CONFUSION_FILE, record)
@@ -92,9 +95,53 @@ def evaluate_run(run_dir: Path, checkpoint: Path | None, overrides: list[str]) -
         )
         + f"\n  val_loss      {result.loss:.4f}\n"
         f"  images        {result.images} ({record['images_per_second']:.1f} images/s)\n"
-        f"  written       {run_dir / EVAL_FILE}, {figure}"
+        + _spike_lines(measured)
+        + f"  written       {run_dir / EVAL_FILE}, {figure}"
     )
     return 0
+
+
+def _spikes(plan: Any, model: torch.nn.Module, step: int) -> dict[str, Any] | None:
+    """The run's spike and energy measurement (snn/spikes.py: its settings, its slice of the
+    validation data) on this checkpoint's single-process model; None when the run has it off."""
+    from spikingjelly.activation_based.distributed.vision import training as sj_training
+    from spikingjelly.activation_based.distributed.vision.execution import (
+        _forward_classification,
+    )
+
+    from experiments.snn import spikes
+
+    settings = plan.spikes
+    if settings is None or not settings.active:
+        return None
+    config = plan.training_config
+    _, loader, _, _ = sj_training._build_loaders(config, dp_size=1, dp_rank=0)
+    indices = spikes.slice_indices(len(loader.dataset), settings.images, settings.seed)
+    batches = list(spikes.batches_of(loader.dataset, indices, config.batch_size))
+    model_config = config.model
+
+    def forward(images: torch.Tensor) -> torch.Tensor:
+        return _forward_classification(model, images, model_config.time_steps,
+                                       model_config.step_mode, config.input_layout)  # fmt: skip
+
+    counts = spikes.measure(model, batches, forward, settings)
+    summary = spikes.local_summary(counts)
+    record = spikes.combine([(0, summary)], settings, spikes.spiking_layers(model), step, None)
+    return {**spikes.constants(settings), **record}
+
+
+def _spike_lines(measured: dict[str, Any] | None) -> str:
+    if measured is None:
+        return ""
+    quiet = [layer["layer"] for layer in measured["layers"] if layer["firing_rate"] == 0]
+    return (
+        f"  firing rate   {measured['firing_rate']:.4f} over {len(measured['layers'])} spiking "
+        f"layers ({measured['images']} images)"
+        + (f"; silent: {', '.join(quiet)}" if quiet else "")
+        + f"\n  energy        {measured['energy_per_image_mj']:.4g} mJ per image "
+        f"({measured['synops_per_image']:.4g} synaptic operations, "
+        f"{measured['macs_per_image']:.4g} MACs)\n"
+    )
 
 
 def _config(run_dir: Path, overrides: list[str]) -> DictConfig:

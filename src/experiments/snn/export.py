@@ -18,7 +18,9 @@ from experiments.snn.evaluate import _config, _plan, load_model
 def export_run(run_dir: Path, checkpoint: Path | None, out: Path | None, ema: bool | None) -> Path:
     if ema:
         raise ConfigError(
-            "ema", ema, "false: an SNN run's checkpoints hold its trained weights, no EMA copy"
+            "--ema",
+            None,
+            "left out: an SNN run's checkpoints hold its trained weights, no EMA copy",
         )
     if checkpoint is not None and exported.is_exported(checkpoint):
         raise ConfigError("checkpoint", str(checkpoint), "a run's checkpoint, not an export")

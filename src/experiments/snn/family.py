@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from experiments.families import Curve, Family
+from experiments.families import Curve, Family, Tradeoff
 
 OBJECTIVE = "val_accuracy"  # the metric a sweep optimises and a re-run reports
 
@@ -29,8 +29,21 @@ def completed_lines(plan: Any, summary: dict[str, Any]) -> str:
         f"  val_loss      {metrics['val_loss']:.4f}\n"
         f"  train_loss    {metrics['train_loss']:.4f} (last epoch mean)\n"
         f"  images/s      {metrics['images_per_second']:.1f}\n"
+        + _spike_lines(metrics)
         + _profile_line(metrics)
         + f"  run directory {plan.run_dir.resolve()}"
+    )
+
+
+def _spike_lines(metrics: dict[str, Any]) -> str:
+    """The last evaluation's spike and energy figures (snn/spikes.py), where measured."""
+    if "firing_rate" not in metrics:
+        return ""
+    return (
+        f"  firing rate   {metrics['firing_rate']:.4f} (spikes per neuron per step; per layer: "
+        "spikes.json, spikes.png)\n"
+        f"  energy        {metrics['energy_per_image_mj']:.4g} mJ per image "
+        f"({metrics['synops_per_image']:.4g} synaptic operations)\n"
     )
 
 
@@ -58,7 +71,15 @@ FAMILY = Family(
     planner="experiments.snn.plan:build_snn_plan",
     objective=OBJECTIVE,
     higher_is_better=True,
-    metrics=("val_accuracy", "val_loss", "train_loss", "images_per_second", "steps"),
+    metrics=(
+        "val_accuracy",
+        "val_loss",
+        "train_loss",
+        "images_per_second",
+        "steps",
+        "firing_rate",
+        "energy_per_image_mj",
+    ),
     curves=(
         Curve("metrics.jsonl", "epoch", "val_accuracy", "epoch", "Validation accuracy"),
         Curve("steps.jsonl", "step", "loss", "optimizer step", "Training loss"),
@@ -73,6 +94,12 @@ FAMILY = Family(
     completed_lines=completed_lines,
     evaluator="experiments.snn.evaluate",
     exporter="experiments.snn.export",
+    other_objectives={"energy_per_image_mj": False, "firing_rate": False, "val_loss": False},
+    tradeoff=Tradeoff(
+        "energy_per_image_mj",
+        "energy per image (mJ, SpikingJelly's energy model)",
+        "accuracy_vs_energy.png",
+    ),
     warm_modules=(
         "experiments.snn.plan",
         "experiments.snn.models.sew_resnet",

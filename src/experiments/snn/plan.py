@@ -7,6 +7,7 @@ every failure is a ConfigError naming the key, the bad value and a valid choice.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +28,8 @@ from experiments.composition import (
     user_overrides,
 )
 from experiments.errors import ConfigError
-from experiments.launchers import launcher_module
-from experiments.snn import classify_plan
+from experiments.launchers import launch_notes, launcher_module
+from experiments.snn import classify_plan, schedule, spikes
 from experiments.snn import trainer as snn_trainer
 from experiments.snn.family import OBJECTIVE
 from experiments.snn.models import capabilities, instantiate_model_config, parameter_count
@@ -56,8 +57,12 @@ class SNNPlan:
     trainer: dict[str, Any] = field(default_factory=dict)
     # "key: old -> new" for each key this launch raises on a recorded run (run/recorded_config.py)
     extensions: list[str] = field(default_factory=list)
+    # what the launcher asks for, in words (launchers.launch_notes: Slurm's resources)
+    launch_notes: list[str] = field(default_factory=list)
     # trainer=classify: SpikingJelly's train_classify.Trainer command line (classify_plan.py)
     trainer_args: list[str] = field(default_factory=list)
+    # trainer.spikes checked: the spike and energy measurement at each evaluation (spikes.py)
+    spikes: Any = None
 
     objective: str = OBJECTIVE  # the metric a sweep optimises and a re-run reports
 
@@ -99,6 +104,7 @@ class SNNPlan:
             "run_dir": str(self.run_dir),
             "resume": self.resume,
             "command": self.launch_command,
+            **({"spikes": dataclasses.asdict(self.spikes)} if self.spikes is not None else {}),
             "library_config": config.as_dict(),
             **({"trainer_args": self.trainer_args} if self.trainer_args else {}),
         }
@@ -137,12 +143,16 @@ class SNNPlan:
             f"  batch      {plan['batch']['per_rank']} per data-parallel rank, "
             f"{plan['batch']['global']} global"
             + (f" ({plan['batch']['derivation']})" if "derivation" in plan["batch"] else ""),
+            *([f"  schedule   {self.trainer['schedule']}"] if "schedule" in self.trainer else []),
             f"  run dir    {self.run_dir}",
             f"  launcher   {plan['launcher']}; it would execute:",
         ]
         lines += launch_lines(plan["launcher"], self.launch_command)
+        lines += [f"  {line}" for line in self.launch_notes]
         if self.engine == "spikingjelly":
             lines.append(f"  on a stop  {self.stop_bound()}")
+        if self.spikes is not None:
+            lines.append(f"  spikes     {self.spikes.describe()}")
         if self.trainer_args:
             lines.append("  SpikingJelly train_classify.Trainer arguments (get_args_parser()):")
             lines += [f"    {argument}" for argument in self.trainer_args]
@@ -291,6 +301,28 @@ def _check_validation_split(data: dict[str, Any], dims: ParallelDims, batch_size
         )
 
 
+def _check_spikingjelly_rules(model_config: Any, trainer: dict[str, Any], dims: Any) -> None:
+    """SpikingJelly's rules between its speed settings and the topology (sj_rules.py): the
+    first one broken, one line naming our keys, before its TrainingConfig would raise."""
+    from experiments.snn import sj_rules
+
+    setting = sj_rules.Setting(
+        step_mode=model_config.step_mode,
+        pipeline=dims.pipeline_parallel_size,
+        tensor=dims.tensor_parallel_size,
+        data_parallel=dims.data_parallel,
+        microbatches=dims.pipeline_microbatches,
+        batch_size=trainer["batch_size"],
+        precision=trainer["precision"],
+        neuron_storage=None,
+        execution_mode=trainer["execution_mode"],
+        memopt_level=trainer["memopt_level"],
+        memopt_budget=trainer.get("memopt_checkpoint_budget", "memory"),
+    )
+    for rule in sj_rules.broken(setting)[:1]:
+        raise ConfigError(rule.key, rule.value, rule.expected)
+
+
 def timing_warmup_steps(trainer: dict[str, Any]) -> int:
     """Steps the library leaves out of images/s: compilation (compile) and graph capture
     (cuda_graph, after its warm-up steps) would otherwise count as training time. Kept below
@@ -331,9 +363,13 @@ def _training_config(
             pipeline_parallel_size=dims.pipeline_parallel_size,
             pipeline_microbatches=dims.pipeline_microbatches,
             data_parallel=dims.data_parallel,
-            precision=PrecisionConfig(mode=trainer["precision"]),
+            precision=PrecisionConfig(
+                mode=trainer["precision"], fp8_recipe=trainer.get("fp8_recipe", "auto")
+            ),
             execution_mode=trainer["execution_mode"],
             memopt_level=trainer["memopt_level"],
+            memopt_checkpoint_budget=trainer.get("memopt_checkpoint_budget", "memory"),
+            memopt_compress_inputs=bool(trainer.get("memopt_compress_inputs", True)),
             max_steps=trainer["max_steps"],
             timing_warmup_steps=timing_warmup_steps(trainer),
             checkpoint_dir=run_dir / CHECKPOINT_DIRNAME,
@@ -398,6 +434,9 @@ def build_snn_plan(
             values["topology"], world_size, caps, model_name, trainer["batch_size"]
         )
     _check_validation_split(values["data"], dims, trainer["batch_size"])
+    if not classic:  # the classic Trainer steps its own lr_scheduler once per epoch
+        trainer = schedule.follow_the_run(trainer, values["data"], dims)
+    spike_settings = spikes.resolved(spikes.settings(trainer), dims, trainer["batch_size"])
 
     if classic:
         engine = "classify"
@@ -417,6 +456,8 @@ def build_snn_plan(
         )
         snn_trainer.check_cuda_graph(trainer, dims)
         snn_trainer.check_accumulation(trainer, dims)
+    if not classic:
+        _check_spikingjelly_rules(model_config, trainer, dims)
     if trainer.get("memopt_level") and not caps.memopt:
         raise ConfigError(
             "trainer.memopt_level", trainer["memopt_level"], f"0: {model_name} has no memopt split"
@@ -456,9 +497,11 @@ def build_snn_plan(
         backend="nccl" if device == "cuda" else "gloo",
         training_config=training_config,
         launch_command=module.command(launcher, user_overrides(overrides), str(run_dir)),
+        launch_notes=launch_notes(launcher, "snn"),
         resume=resume,
         trainer=trainer,
         extensions=extensions,
+        spikes=spike_settings,
         trainer_args=classify_plan.arguments(
             trainer,
             device=device,

@@ -25,6 +25,8 @@ RETIRED_ENGINE = (
     "trainer.engine=spikingjelly)"
 )
 PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
+FP8_RECIPES = ("auto", "delayed", "current", "block", "mxfp8")  # SpikingJelly's PrecisionConfig
+MEMOPT_BUDGETS = ("speed", "balanced", "memory")
 EXECUTION_MODES = ("eager", "compile", "cuda_graph")
 
 
@@ -46,6 +48,18 @@ def checked(trainer: dict[str, Any]) -> dict[str, Any]:
     check.choice(trainer["precision"], "trainer.precision", PRECISIONS)
     check.choice(trainer["execution_mode"], "trainer.execution_mode", EXECUTION_MODES)
     check.integer(trainer["memopt_level"], "trainer.memopt_level", minimum=0, maximum=4)
+    check.choice(trainer["fp8_recipe"], "trainer.fp8_recipe", FP8_RECIPES)
+    if trainer["fp8_recipe"] != "auto" and trainer["precision"] != "fp8":
+        raise ConfigError(
+            "trainer.fp8_recipe",
+            trainer["fp8_recipe"],
+            f"auto (or trainer.precision=fp8: a recipe is fp8's; precision here: "
+            f"{trainer['precision']})",
+        )
+    check.choice(
+        trainer["memopt_checkpoint_budget"], "trainer.memopt_checkpoint_budget", MEMOPT_BUDGETS
+    )
+    check.boolean(trainer["memopt_compress_inputs"], "trainer.memopt_compress_inputs")
     if trainer["scheduler"] is not None:
         cls = data_group.import_object(str(trainer["scheduler"]), "trainer.scheduler")
         if not (isinstance(cls, type) and issubclass(cls, torch.optim.lr_scheduler.LRScheduler)):

@@ -309,8 +309,8 @@ def _recorded_values(run_dir: Path) -> list[float] | None:
         return None
     from experiments.families import for_summary
 
-    objective = for_summary(summary).objective
-    value = summary.get("metrics", {}).get(objective)
-    if not isinstance(value, int | float) or not math.isfinite(value):
+    names = summary.get("objective") or [for_summary(summary).objective]
+    values = [summary.get("metrics", {}).get(name) for name in names]
+    if not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
         return None
-    return [float(value)]
+    return [float(v) for v in values]

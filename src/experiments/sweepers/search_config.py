@@ -25,20 +25,28 @@ def search_pruner(cfg: Any) -> str | None:
     return None if name in (None, "none") else str(name)
 
 
-def check_direction(cfg: Any, objective: str, higher_is_better: bool) -> None:
-    """An Optuna search optimises what its trials return, the family's objective:
-    hydra-optuna-sweeper's default direction (minimize) would search for the worst
-    val_accuracy. One direction, the objective's."""
+def check_direction(cfg: Any, objectives: tuple[str, ...], directions: dict[str, bool]) -> None:
+    """An Optuna search optimises what its trials return, the run's objective(s) (`objective`:
+    the family's by default): hydra-optuna-sweeper's default direction (minimize) would search
+    for the worst val_accuracy. One direction per objective, each the objective's; a study of
+    several objectives is Optuna's multi-objective study (its Pareto front), unpruned."""
     if not _is_optuna(cfg):
         return
     direction = OmegaConf.select(cfg, "hydra.sweeper.direction", default=None)
-    wanted = "maximize" if higher_is_better else "minimize"
-    name = getattr(direction, "name", direction)  # hydra-optuna-sweeper's Direction enum
-    if name != wanted:
-        shown = OmegaConf.to_container(direction) if OmegaConf.is_config(direction) else name
-        better = "higher" if higher_is_better else "lower"
+    given = OmegaConf.to_container(direction) if OmegaConf.is_config(direction) else direction
+    names = [getattr(d, "name", d) for d in (given if isinstance(given, list) else [given])]
+    wanted = ["maximize" if directions[o] else "minimize" for o in objectives]
+    if names != wanted:
+        said = ", ".join(
+            f"its {o} ({'higher' if directions[o] else 'lower'} is better)" for o in objectives
+        )
+        valid = wanted[0] if len(wanted) == 1 else "[" + ",".join(wanted) + "]"
+        shown = given if isinstance(given, list) else names[0]
+        raise ConfigError("hydra.sweeper.direction", shown, f"{valid}: each trial returns {said}")
+    if len(objectives) > 1 and search_pruner(cfg) is not None:
         raise ConfigError(
-            "hydra.sweeper.direction",
-            shown,
-            f"{wanted}: each trial returns its {objective} ({better} is better)",
+            "hydra.sweeper.pruner",
+            search_pruner(cfg),
+            f"none: a study of {len(objectives)} objectives ({', '.join(objectives)}) is "
+            "Optuna's multi-objective study, which its pruners do not prune",
         )

@@ -12,7 +12,9 @@ subclass, and nothing more than the seams it offers:
   our optimizer group's class;
 - `preprocess_*_sample` make the time dimension ([N,C,H,W] repeated T times, or an
   [N,T,C,H,W] sequence moved time-first), `process_model_output` reads out the mean over T;
-- `train_one_epoch` / `evaluate` call the library's and record what they return.
+- `train_one_epoch` / `evaluate` call the library's and record what they return; after each
+  evaluation the spike and energy measurement runs on the slice through the same forward
+  (`engines/spikingjelly_spikes.py`, as in SpikingJelly's loop).
 
 On CPU ranks its DDP path needs two things it hard-codes for CUDA (NCCL in
 `utils.init_distributed_mode`, `device_ids=[args.gpu]`): both are swapped for the duration
@@ -87,6 +89,8 @@ def train(plan: Any, recorder: Any) -> dict[str, Any]:
             except _EarlyStop:  # raised where the next epoch would start (run/early_stopping.py)
                 pass
         metrics = trainer.final_metrics(args)
+        if trainer.spikes is not None and recorder.enabled:
+            trainer.spikes.draw(recorder)
         if args.distributed:
             metrics["replica_max_diff"] = trainer.replica_spread()
         return metrics
@@ -272,11 +276,17 @@ class _ClassifyHooks:
         self.history: list[dict[str, Any]] = []
         self._epoch: dict[str, Any] = {}
         self._truncated = False
+        self._dead: str | None = None  # the spike health guard's verdict on the last evaluation
         # early stopping and a search's pruner after each epoch (run/early_stopping.py)
         self.monitor = Monitor.for_plan(
             plan, recorder.summary, agree=collectives.broadcast_from_rank0
         )
         self._verdict = Verdict(improved=False, stop=False)
+        self.spikes = None
+        if plan.spikes is not None and plan.spikes.active:
+            from experiments.snn.engines.spikingjelly_spikes import LoopSpikes
+
+            self.spikes = LoopSpikes(plan.spikes, plan, records=[])
 
     # --- data and model: our groups -----------------------------------------------------
 
@@ -370,6 +380,10 @@ class _ClassifyHooks:
         if not self._truncated:  # epochs after the checkpoint are trained again
             self.recorder.truncate_logs(after_step=epoch * steps_per_epoch)
             self.history = [r for r in _read_metrics(self.plan.run_dir) if r["epoch"] <= epoch]
+            if self.spikes is not None and self.recorder.enabled:
+                from experiments.snn.engines.spikingjelly_spikes import records_up_to
+
+                self.spikes.resume(records_up_to(self.plan.run_dir, epoch * steps_per_epoch))
             self._truncated = True
         if not args.distributed:
             data_loader.sampler.set_epoch(epoch)
@@ -408,9 +422,41 @@ class _ClassifyHooks:
         )
         key = "ema_val" if log_suffix == "EMA" else "val"
         self._epoch.update({f"{key}_loss": float(loss), f"{key}_accuracy": float(acc1) / 100})
+        if self.spikes is not None and key == "val" and not args.test_only:
+            self._measure_spikes(args, model, data_loader)
         if not args.test_only and (log_suffix == "EMA" or not args.model_ema):
             self._log_epoch()
         return loss, acc1, acc5
+
+    def _measure_spikes(self, args: argparse.Namespace, model: Any, data_loader: Any) -> None:
+        """The slice through the Trainer's own evaluation forward (its preprocessing, the
+        model, its readout); every rank measures its share, rank 0 records."""
+        import types
+
+        import torch
+
+        ddp = torch.nn.parallel.DistributedDataParallel
+        tree = model.module if isinstance(model, ddp) else model  # no collective per forward
+
+        def forward(images: torch.Tensor) -> torch.Tensor:
+            images = images.to(args.device, non_blocking=True)
+            return self.process_model_output(args, tree(self.preprocess_test_sample(args, images)))
+
+        scope = {
+            "model": tree,
+            "evaluation_step": forward,
+            "validation_loader": data_loader,
+            "config": types.SimpleNamespace(batch_size=args.batch_size, model=self.config.model),
+            "dp_group": None,
+        }
+        measured, self._dead = self.spikes.after_evaluation(
+            scope, self._epoch["step"], self._epoch["epoch"]
+        )
+        if measured is not None:
+            from experiments.snn.spikes import METRICS
+
+            self._epoch.update({key: measured[key] for key in METRICS})
+            self.spikes.log(self.recorder, measured, self._epoch["step"])
 
     def after_checkpoint(self) -> None:
         """After the Trainer saved an epoch's checkpoint: keep it as the best if that
@@ -432,11 +478,16 @@ class _ClassifyHooks:
         if self.monitor.active:
             self._verdict = self.monitor.after_evaluation(record["step"], record["epoch"], record)
         if self.recorder.enabled:
+            rate = f" firing_rate={record['firing_rate']:.4f}" if "firing_rate" in record else ""
             print(
                 f"epoch {record['epoch']}: val_accuracy={record['val_accuracy']:.4f} "
-                f"val_loss={record['val_loss']:.4f} train_loss={record['train_loss']:.4f}",
+                f"val_loss={record['val_loss']:.4f} train_loss={record['train_loss']:.4f}{rate}",
                 flush=True,
             )
+        if self._dead is not None:  # the spike health guard's verdict, the same on every rank
+            from experiments.snn.spikes import DeadLayer
+
+            raise DeadLayer(self._dead)
 
     def final_metrics(self, args: argparse.Namespace) -> dict[str, Any]:
         if not self._truncated:  # resumed after its last epoch: the record has them all
@@ -454,7 +505,9 @@ class _ClassifyHooks:
             "epochs": last.get("epoch", 0),
             "global_batch": args.batch_size * getattr(args, "world_size", 1),
         }
-        for key in ("ema_val_accuracy", "ema_val_loss"):
+        from experiments.snn.spikes import METRICS
+
+        for key in ("ema_val_accuracy", "ema_val_loss", *METRICS):
             if key in evaluated:
                 metrics[key] = evaluated[key]
         return metrics

@@ -159,8 +159,13 @@ class _Run:
         self.profiler = StepProfiler(
             int(plan.trainer.get("profile_steps", 0) or 0), plan.run_dir, dist.get_rank()
         )
+        self.spikes = None
+        if plan.spikes is not None and plan.spikes.active:
+            from experiments.snn.engines.spikingjelly_spikes import LoopSpikes
+
+            self.spikes = LoopSpikes(plan.spikes, plan, records=[])
         self.hooks = LoopHooks(plan, recorder, config, distributed_env.collective_device(), stop,
-                               self.monitor, self.profiler, resume)  # fmt: skip
+                               self.monitor, self.profiler, resume, self.spikes)  # fmt: skip
 
     def _loaded(self, path: Path, step: int) -> None:
         """Every rank loaded `path` (at `step`): the records and the checkpoints go back to that
@@ -172,6 +177,10 @@ class _Run:
                 log.warning("removed %s: newer than the checkpoint resumed (step %d)", folder, step)
         dist.barrier()
         self.recorder.truncate_logs(after_step=max(step, 0))
+        if self.spikes is not None and dist.get_rank() == 0:
+            from experiments.snn.engines.spikingjelly_spikes import records_up_to
+
+            self.spikes.resume(records_up_to(self.plan.run_dir, step))
         self.recorder.summary["resumed_from"] = str(path)
         self.recorder.summary["resumes"] = self.recorder.summary.get("resumes", 0) + 1
         log.info("resuming SpikingJelly's loop from %s", path)
@@ -217,6 +226,8 @@ class _Run:
         if hooks.ranks is not None:
             self.recorder.summary["ranks"] = hooks.ranks
         metrics = self._metrics(result)
+        if self.spikes is not None and self.recorder.enabled:
+            self.spikes.draw(self.recorder)
         if hooks.stopping:
             assert self.stop is not None
             log.warning("stopping at step %d on signal %s; checkpoint saved", hooks.step,
@@ -241,7 +252,10 @@ class _Run:
                 "peak_memory_bytes": 0.0,
             }
         peak = result["peak_memory_bytes"] / 2**20 if plan.device == "cuda" else max(memory)
+        from experiments.snn.spikes import METRICS
+
         return {
+            **{key: last[key] for key in METRICS if key in last},
             "val_accuracy": result["validation_accuracy"],
             "val_loss": result["validation_loss"],
             # SpikingJelly's train_loss: the last epoch's mean (not the last step's loss)

@@ -49,6 +49,7 @@ import shutil
 import sys
 import time
 import types
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,9 @@ from experiments.snn.engines.spikingjelly_checkpoints import (
 from experiments.snn.plan import SNNPlan
 
 log = logging.getLogger(__name__)
+# DCP's save with no_dist=True (a one-rank checkpoint group: _one_writer_uncoordinated) warns
+# that it assumes one process; that is what it is.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninit")
 
 WRITTEN_AGAINST = "2.0.0"  # spikingjelly's version this seam reads
 REPLACED = (
@@ -88,7 +92,8 @@ STEP_LOCALS = ("global_step", "loss", "model", "optimizer", "dp_group", "dp_size
 EVALUATION_LOCALS = ("global_step", "epoch", "batch_index", "train_loss", "config", "model",
                      "optimizer", "scheduler", "scaler", "device", "tp_rank", "pp_rank",
                      "dp_rank", "checkpoint_group", "checkpoint_future", "training_seconds",
-                     "processed_images")  # fmt: skip
+                     "processed_images", "dp_group", "validation_loader", "evaluation_step",
+                     "evaluation_schedule", "precision")  # fmt: skip
 TRAIN_STEP_LOCALS = ("loss_targets", "loss_function", "scaler", "precision")
 SYNCHRONIZE_CALLS = 2  # torch.cuda.synchronize(device) per optimizer step
 NEVER = 2**62  # a checkpoint interval no run reaches: the library keeps its checkpoint groups
@@ -111,6 +116,7 @@ class LoopHooks:
         monitor: Any,
         profiler: Any,
         resume: Any = None,
+        spikes: Any = None,
     ) -> None:
         self.plan = plan
         self.recorder = recorder
@@ -129,7 +135,7 @@ class LoopHooks:
         )
         self.accumulation_steps = int(trainer.get("accumulation_steps", 1))
         self.saves = Saves(plan, self)
-        self.evaluations = Evaluations(plan, recorder, monitor, self.saves)
+        self.evaluations = Evaluations(plan, recorder, monitor, self.saves, spikes)
         self.progress = Progress(enabled=recorder.enabled)
         self.loader: ResumableLoader | None = None
         self.syncs = 0
@@ -398,11 +404,14 @@ class Evaluations:
     early stopping and a search's pruner), whose verdict may keep a best checkpoint, stop
     the run (EarlyStopped) or prune it (Pruned)."""
 
-    def __init__(self, plan: SNNPlan, recorder: RunRecorder, monitor: Any, saves: Saves) -> None:
+    def __init__(
+        self, plan: SNNPlan, recorder: RunRecorder, monitor: Any, saves: Saves, spikes: Any
+    ) -> None:
         self.plan = plan
         self.recorder = recorder
         self.monitor = monitor
         self.saves = saves
+        self.spikes = spikes  # the spike and energy measurement (spikingjelly_spikes.py), or None
         self.steps_since = 0  # steps trained since the last evaluation
         self.last: dict[str, Any] | None = None  # the newest epoch record
         self._timed = (0.0, 0)  # the library's training seconds and images at the last one
@@ -439,12 +448,25 @@ class Evaluations:
             "lr": lr,
         }
         self._timed = (seconds, images)
+        measured, stop = (
+            self.spikes.after_evaluation(scope, step, epoch) if self.spikes else (None, None)
+        )
+        if measured is not None:
+            record.update({key: measured[key] for key in spike_metrics()})
+            self.spikes.log(self.recorder, measured, step)
         self.last = record
         self.recorder.log_metrics(record)
         if self.recorder.enabled:
             from tqdm import tqdm
 
-            tqdm.write(f"epoch {epoch}: val_accuracy={val_accuracy:.4f} val_loss={val_loss:.4f}")
+            rate = f" firing_rate={measured['firing_rate']:.4f}" if measured else ""
+            tqdm.write(
+                f"epoch {epoch}: val_accuracy={val_accuracy:.4f} val_loss={val_loss:.4f}{rate}"
+            )
+        if stop:
+            from experiments.snn.spikes import DeadLayer
+
+            raise DeadLayer(stop)
         if not self.monitor.active:
             return
         verdict = self.monitor.after_evaluation(step, epoch, record)  # may raise Pruned
@@ -458,6 +480,12 @@ class Evaluations:
                 self.saves.prune()
             log.warning("early stopping at step %d (epoch %d)", step, epoch)
             raise EarlyStopped
+
+
+def spike_metrics() -> tuple[str, ...]:
+    from experiments.snn.spikes import METRICS
+
+    return METRICS
 
 
 class ResumableLoader:
