@@ -175,4 +175,4 @@ def test_the_main_job_measures_spikes_and_energy_at_every_evaluation(main_job: M
     tags = EventAccumulator(str(events), size_guidance={"histograms": 0}).Reload().Tags()
     assert "spikes/firing_rate/layer4.1.sn2" in tags["scalars"]
     assert "spikes/energy_per_image_mj" in tags["scalars"]
-    assert "spikes/firing_rate" in tags["histograms"]
+    assert "spikes/layer_firing_rates" in tags["histograms"]

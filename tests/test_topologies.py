@@ -334,7 +334,9 @@ def test_spike_and_energy_figures_are_the_single_processes_on_every_topology(run
     assert ddp["images"] == fsdp2["images"] == 64  # 32 a rank, summed: not 128
     assert ddp["macs_per_image"] == single["macs_per_image"]  # per image, the same network
     for key in ("firing_rate", "synops_per_image", "energy_per_image_mj"):
-        assert fsdp2[key] == pytest.approx(ddp[key], rel=1e-3), key
+        # thresholds turn FSDP2's 1e-5 weight differences into a few flipped spikes: measured
+        # 0.23 % apart in firing rate (2026-12-06); a wrong share would be 50 % or 100 %
+        assert fsdp2[key] == pytest.approx(ddp[key], rel=1e-2), key
 
 
 # --- pipeline micro-batches and gradient accumulation scale exactly -----------------------

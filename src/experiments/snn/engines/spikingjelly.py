@@ -214,9 +214,12 @@ class _Run:
                 result = training.train_classification(hooks.config)
         except EarlyStopped:
             pass
-        except BaseException:  # DCP's CheckpointException too
-            if hooks.saves.full is not None:  # not the writer's error its clean-up raised again
-                raise hooks.saves.full from None
+        except BaseException as error:  # DCP's CheckpointException too
+            full = hooks.saves.full
+            if full is None and not isinstance(error, (KeyboardInterrupt, SystemExit)):
+                full = hooks.saves.pending_full(error)  # the last step's, awaited at clean-up
+            if full is not None:  # a full disk, not the writer's error its clean-up raised
+                raise full from None
             raise
         finally:
             self.profiler.stop()

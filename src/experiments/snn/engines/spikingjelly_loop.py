@@ -303,6 +303,7 @@ class Saves:
         self.full: Exception | None = None  # a checkpoint write that ran out of space
         self.save: Callable[..., Any] = lambda *a, **k: None
         self.finish: Callable[..., Any] = lambda *a, **k: None
+        self.pending_full: Callable[[BaseException], Exception | None] = lambda error: None
 
     def wrap(self, save: Any, finish: Any) -> tuple[Any, Any]:
         """The library's save (it starts DCP's async_save into `step_N/`) and the wait for
@@ -333,6 +334,14 @@ class Saves:
                 self.full = full  # the loop's clean-up raises the writer's error again
                 raise full from None
 
+        def pending_full(error: BaseException) -> Exception | None:
+            """The last step's save, still pending when the loop ends, is awaited by the
+            library's own clean-up (not through finish_checkpoint): its error maps here."""
+            if self.full is None and saving[0] is not None:
+                self.full = no_space_in_save(error, saving[0])
+            return self.full
+
+        self.pending_full = pending_full
         self.save, self.finish = save_checkpoint, finish_checkpoint
         return save_checkpoint, finish_checkpoint
 

@@ -61,9 +61,14 @@ class LoopSpikes:
         indices = indices[: len(indices) - len(indices) % whole]
         share = indices[dp_rank :: dims.data_parallel_size]
         batches = list(spikes.batches_of(dataset, share, config.batch_size))
-        counts = spikes.measure(tree, batches, self._forward(scope, pp_rank), self.settings,
-                                names=lambda name: names.get(name, name),
-                                tensor_parallel=dims.tensor_parallel_size > 1)  # fmt: skip
+        training = model.training
+        model.eval()  # the DDP wrapper too: the evaluation forward reads the wrapper's mode
+        try:
+            counts = spikes.measure(tree, batches, self._forward(scope, pp_rank), self.settings,
+                                    names=lambda name: names.get(name, name),
+                                    tensor_parallel=dims.tensor_parallel_size > 1)  # fmt: skip
+        finally:
+            model.train(training)
         spikes.reduce_data_parallel(counts, scope["dp_group"], dims.data_parallel_size)
         gathered = collectives.gather((dp_rank, tp_rank, spikes.local_summary(counts)))
         record = None
