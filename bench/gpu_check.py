@@ -176,7 +176,12 @@ MODES = {
     "bf16": ["trainer.precision=bf16"],
     "compile": ["trainer.execution_mode=compile"],
     "cuda_graph": ["trainer.execution_mode=cuda_graph"],
-}
+    # SpikingJelly's neuron kernels, each pinned (model.neuron_implementation; snn/neurons.py)
+    **{f"neuron_{name}": [f"model.neuron_implementation={name}"]
+       for name in ("cuda", "triton", "torch")},
+    # memopt levels (0 is the main job), at its default checkpoint budget
+    **{f"memopt_{level}": [f"trainer.memopt_level={level}"] for level in (1, 2, 3, 4)},
+}  # fmt: skip
 
 
 def classify_args(ctx: Context) -> list[str]:
@@ -339,7 +344,8 @@ def check_eval_gan(ctx: Context) -> dict[str, Any]:
 def check_sample_gan(ctx: Context) -> dict[str, Any]:
     run_dir = ctx.runs["dcgan"]
     out = ctx.out / "samples" / "dcgan.png"
-    ctx.run("experiments-sample", [str(run_dir), "num=16", "seed=1", f"out={out}"], "sample_gan")
+    args = [str(run_dir), "--num", "16", "--seed", "1", "--out", str(out)]
+    ctx.run("experiments-sample", args, "sample_gan")
     if not out.is_file() or out.stat().st_size == 0:
         raise CheckFailed(f"no image at {out}")
     return {"png": str(out.relative_to(ctx.out)), "bytes": out.stat().st_size}
@@ -378,6 +384,25 @@ CHECKS = [
         mode_check("cuda_graph"),
         cuda_only="needs CUDA: CUDA graphs",
     ),
+    *[
+        Check(
+            f"neuron_{name}",
+            f"model.neuron_implementation={name}: images/s, peak memory",
+            mode_check(f"neuron_{name}"),
+            cuda_only=f"needs CUDA: SpikingJelly's {name} neuron kernel (CPU ranks run its torch "
+            "reference)",
+        )
+        for name in ("cuda", "triton", "torch")
+    ],
+    *[
+        Check(
+            f"memopt_{level}",
+            f"trainer.memopt_level={level}: images/s, peak memory",
+            mode_check(f"memopt_{level}"),
+            cuda_only=f"needs CUDA: memopt level {level}'s figure is GPU memory",
+        )
+        for level in (1, 2, 3, 4)
+    ],
     Check(
         "classify_amp",
         "trainer=classify with amp (GradScaler)",

@@ -104,5 +104,7 @@ def test_the_cuda_command_lines_plan_here_or_are_refused_for_cuda_only(tmp_path)
             refused[name] = str(error)
     assert all("cuda" in message.lower() for message in refused.values()), refused
     assert set(refused) >= {"bf16", "cuda_graph", "classify_amp", "classify_sync_bn"}
+    assert set(refused) >= {"neuron_cuda", "neuron_triton"}  # a pinned kernel needs CUDA here
     planned = set(lines) - set(refused)
     assert planned >= {"main_job", "resume", "dcgan", "gan_ddp_dynamic", "gan_ddp_static"}
+    assert planned >= {"neuron_torch", "memopt_1", "memopt_2", "memopt_3", "memopt_4"}

@@ -89,6 +89,48 @@ def asked_for_sweep() -> bool:
     )
 
 
+def _checked_values(cfg: DictConfig) -> dict[str, Any]:
+    from experiments.composition import _placeholder_root_for_dry_run, _resolve
+
+    return _resolve(_placeholder_root_for_dry_run(cfg))
+
+
+def _preflight(pairs: list[tuple[Any, DictConfig]], config: DictConfig) -> None:
+    """The environment's checks (preflight.py) for a run or each point of a sweep, before
+    anything is written or submitted: `dry_run=doctor` prints them all as a table (exit 1 when
+    one fails); a run with `preflight: true` stops at the first failures, one line each, exit
+    2. A Slurm login answers for what it can see; its tasks count their own GPUs."""
+    doctor = config.dry_run == "doctor"
+    if not doctor and (config.dry_run or not config.get("preflight", True)):
+        return
+    from experiments import preflight
+
+    gpus_here = config.launcher.get("name") != "slurm"
+    checks: list[Any] = []
+    for plan, cfg in pairs:
+        checks += preflight.login(plan, _checked_values(cfg), gpus_here=gpus_here)
+    checks = list(dict.fromkeys(checks))  # a sweep's points mostly share theirs
+    if doctor:
+        _print(preflight.as_table(checks))
+        sys.exit(0 if all(check.ok for check in checks) else 1)
+    failed = [check for check in checks if not check.ok]
+    for check in failed:
+        print(f"error: {check.line()}", file=sys.stderr)
+    if failed:
+        sys.exit(ConfigError.exit_code)
+
+
+def _write_preflight_tokens(pairs: list[tuple[Any, DictConfig]], config: DictConfig) -> None:
+    """A Slurm sweep's points get the login's view in their sweep directory: a task that does
+    not find it runs on a node that does not see this directory (preflight.task)."""
+    if config.launcher.get("name") != "slurm" or not config.get("preflight", True):
+        return
+    from experiments import preflight
+
+    for plan, cfg in pairs:
+        preflight.write_token(plan, _checked_values(cfg))
+
+
 def _say_launch_notes(plans: list[Any]) -> None:
     """At submission, what the jobs ask for (Slurm's resources), once per distinct line; a
     warning goes to stderr."""
@@ -295,20 +337,24 @@ class ExperimentsCallback(Callback):
                     else plan.as_text()
                 )
                 sys.exit(0)
+            _preflight([(plan, cfg)], config)
             _say_launch_notes([plan])
             _hold_sweep(config)
+            _write_preflight_tokens([(plan, cfg)], config)
             _prepare_loggers(config)
             return
         global sweep_size
         sweep_size = len(points)
         swept = asked_for_sweep() or len(points) > 1
         plans: list[Any] = []
+        cfgs: list[Any] = []
         refusals: list[tuple[int, str]] = []
         for number, overrides in enumerate(points):
             run_dir = Path(config.hydra.sweep.dir).absolute() / str(number)
             try:
                 cfg = _compose_point(config, overrides)
                 plans.append(build_plan(cfg, run_dir, overrides, dict(cfg.hydra.runtime.choices)))
+                cfgs.append(cfg)
             except ConfigError as error:
                 plans.append(None)
                 refusals.append((number, str(error)))
@@ -324,6 +370,7 @@ class ExperimentsCallback(Callback):
             print(f"error: {where}{message}", file=sys.stderr)
         if refusals:
             sys.exit(ConfigError.exit_code)
+        _preflight(list(zip(plans, cfgs, strict=True)), config)
         if config.dry_run == "json":
             # A plain command (launcher=slurm runs as a one-point sweep) prints one plan.
             output = [plan.as_dict() for plan in plans] if swept else plans[0].as_dict()
@@ -341,6 +388,7 @@ class ExperimentsCallback(Callback):
 
         for plan in plans:  # a point's job plans against its rewritten config: record it here
             record_extensions(plan)
+        _write_preflight_tokens(list(zip(plans, cfgs, strict=True)), config)
         _prepare_loggers(config)
 
     @_refuse_on_failure
@@ -371,6 +419,8 @@ class ExperimentsCallback(Callback):
         if distributed_env.is_worker():
             lock.hold(plan.run_dir)  # a rank of the run its launching process holds: joins
             return  # the launching process already printed the plan / wrote .hydra
+        if not distributed_env.in_slurm_job():  # a Slurm task checks itself (train.py)
+            _preflight([(plan, config)], config)
         if config.dry_run == "json":
             import json
 

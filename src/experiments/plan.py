@@ -67,7 +67,8 @@ def build_plan(
     check_known_keys(values, choices)
     loggers.validate(values.get("logger"))
     check.integer(values["seed"], "seed", minimum=0)
-    check.choice(values["dry_run"], "dry_run", (False, True, "json"))
+    check.choice(values["dry_run"], "dry_run", (False, True, "json", "doctor"))
+    check.boolean(values.get("preflight", True), "preflight")
     if check_record and values.get("resume") is not None:
         families.refuse_retired_engine(run_dir)
     extensions = check_against_record(cfg, run_dir, values.get("resume")) if check_record else []

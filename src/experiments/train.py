@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -131,6 +132,15 @@ def app(cfg: DictConfig) -> float | None:
             lock.release(Path(hydra_cfg.runtime.output_dir))
 
 
+def preflight_in_task(plan: Any, config: dict[str, Any]) -> str | None:
+    """A Slurm task's own checks before it trains (preflight.task): the failed ones as one
+    line, which summary.json records; the job ends in seconds instead of failing later."""
+    from experiments import preflight
+
+    failed = [check.line() for check in preflight.task(plan, config) if not check.ok]
+    return "; ".join(failed) or None
+
+
 def _container(node: Any) -> dict[str, Any]:
     """A config node as plain data ({} for none: `logger=none` composes an empty node)."""
     if node is None:
@@ -190,6 +200,8 @@ def _run(
         return value
     if resume_line is not None:
         print(resume_line, flush=True)
+    # what every process of the run inherits (SpikingJelly's neuron-kernel pin: snn/neurons.py)
+    os.environ.update(getattr(plan, "process_environment", {}))
     child = launchers.child_command(plan)
     if child is not None:  # torchrun's ranks, a local sweep's point: they record the run
         return launchers.launch_children(plan, child, warm_points)
@@ -201,6 +213,12 @@ def _run(
         enabled=rank == 0,
     )
     recorder.start()
+    if distributed_env.in_slurm_job() and (config or {}).get("preflight", True):
+        stopped = preflight_in_task(plan, config or {})
+        if stopped is not None:
+            recorder.finish("failed", error=stopped)
+            print(f"error: {stopped}", file=sys.stderr)
+            raise SystemExit(1)
     watchdog = failures.Watchdog(
         plan.run_dir, rank, on_peer_failure=lambda peer: finish_failed(recorder, peer)
     )

@@ -56,6 +56,7 @@ PLAN_FIELDS = (
     "batch",
     "parameters",
     "run_dir",
+    "neuron",
 )
 
 
@@ -65,7 +66,7 @@ def start_summary(
     """summary.json as a run starts: the plan, the command, versions, code and counters
     carried over from the run's earlier launches; `slurm` is the job's record under Slurm."""
     described = plan.as_dict()
-    summary = {key: described[key] for key in PLAN_FIELDS}
+    summary = {key: described[key] for key in PLAN_FIELDS if key in described}
     summary.update(
         seed=plan.seed,
         # what the run returns to a sweep (objective=; a search is told these recorded values)

@@ -29,7 +29,7 @@ from experiments.composition import (
 )
 from experiments.errors import ConfigError
 from experiments.launchers import launch_notes, launcher_module
-from experiments.snn import classify_plan, schedule, spikes
+from experiments.snn import classify_plan, neurons, schedule, spikes
 from experiments.snn import trainer as snn_trainer
 from experiments.snn.family import OBJECTIVE
 from experiments.snn.models import capabilities, instantiate_model_config, parameter_count
@@ -59,6 +59,8 @@ class SNNPlan:
     extensions: list[str] = field(default_factory=list)
     # what the launcher asks for, in words (launchers.launch_notes: Slurm's resources)
     launch_notes: list[str] = field(default_factory=list)
+    # model.neuron_implementation checked: the neuron type and the kernel bound (neurons.py)
+    neuron: dict[str, Any] = field(default_factory=dict)
     # trainer=classify: SpikingJelly's train_classify.Trainer command line (classify_plan.py)
     trainer_args: list[str] = field(default_factory=list)
     # trainer.spikes checked: the spike and energy measurement at each evaluation (spikes.py)
@@ -69,6 +71,12 @@ class SNNPlan:
     @property
     def seed(self) -> int:
         return self.training_config.seed
+
+    @property
+    def process_environment(self) -> dict[str, str]:
+        """Set before the run's processes start (train.py): SpikingJelly reads its neuron
+        kernel pin from the environment when its kernels are first imported."""
+        return neurons.environment(self.neuron.get("requested", "auto"), self.neuron.get("type"))
 
     @property
     def global_batch(self) -> int:
@@ -104,6 +112,7 @@ class SNNPlan:
             "run_dir": str(self.run_dir),
             "resume": self.resume,
             "command": self.launch_command,
+            "neuron": self.neuron,
             **({"spikes": dataclasses.asdict(self.spikes)} if self.spikes is not None else {}),
             "library_config": config.as_dict(),
             **({"trainer_args": self.trainer_args} if self.trainer_args else {}),
@@ -134,6 +143,8 @@ class SNNPlan:
             f"{self.parameters / 1e6:.2f} M parameters, T={self.model_config.time_steps})",
             f"  data       {plan['data']}",
             f"  engine     {self.engine} on {self.device} (backend {self.backend})",
+            f"  neurons    {self.neuron.get('type')}: {self.neuron.get('implementation')} "
+            f"(model.neuron_implementation={self.neuron.get('requested')})",
             f"  topology   {plan['topology']}: world size {dims.world_size}, mesh {dims.describe()}"
             + (
                 f", {dims.pipeline_microbatches} micro-batches"
@@ -458,6 +469,10 @@ def build_snn_plan(
         snn_trainer.check_accumulation(trainer, dims)
     if not classic:
         _check_spikingjelly_rules(model_config, trainer, dims)
+    execution = "compile" if trainer.get("execution_mode") == "compile" else "eager"
+    neuron = neurons.checked(
+        values["model"].get("neuron_implementation", "auto"), model_config, device, execution
+    )
     if trainer.get("memopt_level") and not caps.memopt:
         raise ConfigError(
             "trainer.memopt_level", trainer["memopt_level"], f"0: {model_name} has no memopt split"
@@ -502,6 +517,7 @@ def build_snn_plan(
         trainer=trainer,
         extensions=extensions,
         spikes=spike_settings,
+        neuron=neuron,
         trainer_args=classify_plan.arguments(
             trainer,
             device=device,

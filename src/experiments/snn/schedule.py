@@ -13,37 +13,14 @@ would climb back up, and OneCycleLR raises mid-run when stepped past `total_step
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
+from experiments.data import training_images
 from experiments.errors import ConfigError
 
 # The scheduler argument that counts the steps of the whole schedule, by class name.
 LENGTH_ARGUMENT = {"CosineAnnealingLR": "T_max", "OneCycleLR": "total_steps"}
 AUTO = "auto"
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
-
-
-def training_images(data: dict[str, Any]) -> int | None:
-    """The images an epoch trains on (None: an image folder not there yet, a dry run's
-    placeholder root)."""
-    name = data.get("name")
-    if name in ("digits", "digits_sequence"):
-        from experiments.data.digits import DIGITS_TOTAL
-
-        return DIGITS_TOTAL - int(data["val_size"])
-    if name == "synthetic":
-        return int(data["train_size"])
-    if "root" in data:
-        train = Path(str(data["root"])) / str(data.get("train_subdirectory", "train"))
-        if not train.is_dir():
-            return None
-        count = sum(
-            1 for path in train.rglob("*") if path.suffix.lower() in IMAGE_SUFFIXES
-        )  # one pass of file names: ImageNet's 1.28 M take a few seconds, once, before launch
-        fraction = data.get("val_fraction")
-        return count - round(count * fraction) if fraction else count
-    return None
 
 
 def optimizer_steps(images: int, trainer: dict[str, Any], dims: Any) -> int:

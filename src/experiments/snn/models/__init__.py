@@ -81,6 +81,7 @@ def instantiate_model_config(node: DictConfig) -> ModelConfig:
     """Build the SpikingJelly config dataclass; its own __post_init__ checks become ConfigErrors."""
     values: dict[str, Any] = OmegaConf.to_container(node, resolve=True)  # type: ignore[assignment]
     target = values.pop("_target_", None)
+    values.pop("neuron_implementation", None)  # ours, not the dataclass's (snn/neurons.py)
     if not target:
         raise ConfigError("model._target_", target, "a ModelConfig class path")
     try:

@@ -1,0 +1,89 @@
+"""Our verdicts on SpikingJelly's speed settings (snn/sj_rules.py) against SpikingJelly's own:
+its TrainingConfig built over the whole combination matrix. A rule SpikingJelly adds, drops or
+rewords fails here, so the before-launch check cannot drift from the library."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+from spikingjelly.activation_based.precision import PrecisionConfig
+
+from experiments.errors import ConfigError
+from experiments.snn import sj_rules
+
+from .conftest import plan_for
+
+AXES = {
+    "step_mode": ("s", "m"),
+    "pipeline": (1, 2),
+    "tensor": (1, 2),
+    "data_parallel": ("ddp", "fsdp2"),
+    "microbatches": (1, 3),
+    "precision": ("fp32", "fp16", "bf16", "fp8"),
+    "neuron_storage": (None, "bf16"),
+    "execution_mode": ("eager", "compile", "cuda_graph"),
+    "memopt_level": (0, 2, 5),
+    "memopt_budget": ("memory", "speed", "fastest"),
+}
+
+
+def _library_verdict(base, setting: sj_rules.Setting) -> str | None:
+    """SpikingJelly's message for the setting, or None when its TrainingConfig accepts it."""
+    try:
+        dataclasses.replace(
+            base,
+            model=dataclasses.replace(base.model, step_mode=setting.step_mode),
+            pipeline_parallel_size=setting.pipeline,
+            tensor_parallel_size=setting.tensor,
+            data_parallel=setting.data_parallel,
+            pipeline_microbatches=setting.microbatches,
+            batch_size=setting.batch_size,
+            precision=PrecisionConfig(
+                mode=setting.precision, neuron_storage=setting.neuron_storage
+            ),
+            execution_mode=setting.execution_mode,
+            memopt_level=setting.memopt_level,
+            memopt_checkpoint_budget=setting.memopt_budget,
+        )
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def test_every_verdict_is_spikingjellys_over_the_whole_matrix() -> None:
+    base = plan_for(["experiment=digits_sew_resnet18"]).training_config
+    compared = 0
+    for values in itertools.product(*AXES.values()):
+        setting = sj_rules.Setting(batch_size=4, **dict(zip(AXES, values, strict=True)))
+        ours = sj_rules.broken(setting)
+        theirs = _library_verdict(base, setting)
+        said = ours[0].expected.rsplit("; SpikingJelly: ", 1)[1] if ours else None
+        assert said == theirs, setting
+        compared += 1
+    assert compared == 2 * 2 * 2 * 2 * 2 * 4 * 2 * 3 * 3 * 3
+
+
+ONE_GPU = ["launcher=slurm", "launcher.gpus_per_node=1", "launcher.tasks_per_node=1"]
+GPUS = ["launcher=slurm", "launcher.gpus_per_node=2", "launcher.tasks_per_node=2"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ([*ONE_GPU, "trainer.execution_mode=cuda_graph", "trainer.memopt_level=1"],
+         "trainer.execution_mode='cuda_graph': memopt_level=0 with a CUDA graph"),
+        ([*GPUS, "topology=pp", "trainer.precision=fp16"],
+         "trainer.precision='fp16': fp32 or bf16 under a pipeline"),
+        ([*GPUS, "topology=fsdp2", "trainer.precision=fp8"],
+         "trainer.precision='fp8': fp8 and explicit neuron precision with topology=ddp only"),
+    ],
+)  # fmt: skip
+def test_a_broken_rule_is_one_line_naming_our_keys_before_launch(
+    overrides: list[str], named: str
+) -> None:
+    """On the GPUs a Slurm job asks for (the plan is CUDA's, wherever it is made)."""
+    with pytest.raises(ConfigError) as refused:
+        plan_for(["experiment=digits_sew_resnet18", *overrides])
+    assert named in str(refused.value) and "SpikingJelly: " in str(refused.value), refused.value
