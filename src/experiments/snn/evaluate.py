@@ -117,7 +117,8 @@ def _spikes(plan: Any, model: torch.nn.Module, step: int) -> dict[str, Any] | No
     config = plan.training_config
     _, loader, _, _ = sj_training._build_loaders(config, dp_size=1, dp_rank=0)
     indices = spikes.slice_indices(len(loader.dataset), settings.images, settings.seed)
-    batches = list(spikes.batches_of(loader.dataset, indices, config.batch_size))
+    # one forward for the slice, as the training loop measures it (spikingjelly_spikes.py)
+    batches = list(spikes.batches_of(loader.dataset, indices, max(len(indices), 1)))
     model_config = config.model
 
     def forward(images: torch.Tensor) -> torch.Tensor:

@@ -60,7 +60,11 @@ class LoopSpikes:
         )  # equal shares: a validation set smaller than the slice cuts it to what divides
         indices = indices[: len(indices) - len(indices) % whole]
         share = indices[dp_rank :: dims.data_parallel_size]
-        batches = list(spikes.batches_of(dataset, share, config.batch_size))
+        # one forward for the whole share (no gradients kept: less memory than a training
+        # step's) where a pipeline's schedule does not fix the batch: SpikingJelly's op
+        # counter costs per operation dispatched, not per image
+        batch = config.batch_size if dims.pipeline_parallel_size > 1 else max(len(share), 1)
+        batches = list(spikes.batches_of(dataset, share, batch))
         training = model.training
         model.eval()  # the DDP wrapper too: the evaluation forward reads the wrapper's mode
         try:
