@@ -234,8 +234,9 @@ def test_a_cosine_shorter_than_the_run_is_refused_before_launch() -> None:
     with pytest.raises(ConfigError) as refused:
         plan_for([*main, "trainer.scheduler_kwargs.T_max=100"])
     assert str(refused.value).startswith(
-        "invalid config: trainer.scheduler_kwargs.T_max=100: auto (derives this run's 180 optimizer steps) or "
-        "a number >= 180: at step 100 of 180 the cosine reaches its minimum and climbs back up"
+        "invalid config: trainer.scheduler_kwargs.T_max=100: auto (derives this run's 180 "
+        "optimizer steps) or a number >= 180: at step 100 of 180 the cosine reaches its minimum "
+        "and climbs back up"
     ), refused.value
 
 

@@ -51,6 +51,10 @@ def test_one_run_directory_is_one_row(tmp_path: Path, capsys) -> None:
     status.main([str(run)])
     out = capsys.readouterr().out.splitlines()
     assert out[1].split()[:2] == ["run", "completed"] and out[-1] == "1 point(s): 1 completed"
+    command = "experiments-train model=sew_resnet34 hydra.run.dir=/runs/2026-12-06/10-00-00-000000"
+    stopped = _point(tmp_path, "stopped", {"status": "interrupted", "resume_command": command})
+    status.main([str(stopped)])
+    assert capsys.readouterr().out.splitlines()[-1] == f"resume (once stopped): {command}"
 
 
 @pytest.mark.parametrize(
@@ -132,3 +136,28 @@ def test_slurm_not_answering_is_one_line_exit_1_and_cancel_records_nothing(
     assert line.startswith("error: Slurm did not answer (squeue not found on PATH")
     assert line.endswith("nothing was cancelled")
     assert not (sweep / "cancelled.json").exists()
+
+
+def test_a_submitted_job_that_left_the_queue_without_a_record_shows_slurms_word(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """A point submitted whose job is no longer queued and never made its directory: Slurm
+    accounting's state of the job (sacct, as submitit's job object reads it) is its note."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "submitted.json").write_text(
+        json.dumps({"points": {"0": {"job_id": "77_0", "overrides": []}}, "submissions": []})
+    )
+    stand_ins = tmp_path / "bin"
+    stand_ins.mkdir()
+    for name, body in {
+        "squeue": "exit 0",  # the job has left the queue
+        "sacct": 'printf "JobID|State|NodeList\\n77_0|CANCELLED by 0|None assigned\\n"',
+    }.items():
+        (stand_ins / name).write_text(f"#!/bin/sh\n{body}\n")
+        (stand_ins / name).chmod(0o755)
+    monkeypatch.setenv("PATH", str(stand_ins))
+    status.main([str(sweep)])
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[1].split()[:2] == ["0", "ended"]
+    assert rows[1].endswith("Slurm job 77_0: cancelled, no record written")

@@ -89,6 +89,36 @@ def asked_for_sweep() -> bool:
     )
 
 
+def _start_search(config: DictConfig) -> None:
+    """One point a search may run is checked before it opens its study: a search its trials
+    could never serve stops here. The plan is trial 0's directory's for the dry run to show;
+    for the check, a name no trial has (its record would hold trial 0's own parameters when
+    a search is continued)."""
+    import json
+
+    from experiments.plan import build_plan
+
+    cfg = _compose_point(config, _search_point(config))
+    run_dir = Path(config.hydra.sweep.dir).absolute() / ("0" if config.dry_run else "base")
+    try:
+        plan = build_plan(cfg, run_dir, [], dict(cfg.hydra.runtime.choices))
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(ConfigError.exit_code)
+    _preflight([(plan, cfg)], config)  # dry_run=doctor: the table, and exit
+    if config.dry_run:
+        _print(
+            "dry run: this sweeper chooses its points while it runs; the plan of one of them "
+            "follows (each searched parameter at its first choice or lower bound)."
+        )
+        _print(json.dumps(plan.as_dict(), indent=2) if config.dry_run == "json" else plan.as_text())
+        sys.exit(0)
+    _say_launch_notes([plan])
+    _hold_sweep(config)
+    _write_preflight_tokens([(plan, cfg)], config)
+    _prepare_loggers(config)
+
+
 def _checked_values(cfg: DictConfig) -> dict[str, Any]:
     from experiments.composition import _placeholder_root_for_dry_run, _resolve
 
@@ -132,10 +162,11 @@ def _write_preflight_tokens(pairs: list[tuple[Any, DictConfig]], config: DictCon
 
 
 def _say_launch_notes(plans: list[Any]) -> None:
-    """At submission, what the jobs ask for (Slurm's resources), once per distinct line; a
-    warning goes to stderr."""
-    for line in dict.fromkeys(line for plan in plans for line in plan.launch_notes):
-        print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout, flush=True)
+    """At submission, what the jobs ask for (Slurm's resources), once per distinct line, on
+    stdout with the rest of the submission's account (stderr keeps its one-line errors)."""
+    notes = (line for plan in plans for line in getattr(plan, "launch_notes", []))
+    for line in dict.fromkeys(notes):
+        print(line, flush=True)
 
 
 def _print(text: str) -> None:
@@ -314,34 +345,7 @@ class ExperimentsCallback(Callback):
         if not config.dry_run:
             launchers.before_sweep_submission(config)  # Slurm: no sbatch is one line, no file
         if points is None:
-            # One point it may run is checked before the search opens its study: a search
-            # its trials could never serve stops here.
-            cfg = _compose_point(config, _search_point(config))
-            # (trial 0's directory for the dry run to show; a name no trial has for the check,
-            # whose record would hold trial 0's own parameters when a search is continued)
-            run_dir = Path(config.hydra.sweep.dir).absolute() / ("0" if config.dry_run else "base")
-            try:
-                plan = build_plan(cfg, run_dir, [], dict(cfg.hydra.runtime.choices))
-            except ConfigError as error:
-                print(f"error: {error}", file=sys.stderr)
-                sys.exit(ConfigError.exit_code)
-            if config.dry_run:
-                _print(
-                    "dry run: this sweeper chooses its points while it runs; the plan "
-                    "of one of them follows (each searched parameter at its first choice "
-                    "or lower bound)."
-                )
-                _print(
-                    json.dumps(plan.as_dict(), indent=2)
-                    if config.dry_run == "json"
-                    else plan.as_text()
-                )
-                sys.exit(0)
-            _preflight([(plan, cfg)], config)
-            _say_launch_notes([plan])
-            _hold_sweep(config)
-            _write_preflight_tokens([(plan, cfg)], config)
-            _prepare_loggers(config)
+            _start_search(config)
             return
         global sweep_size
         sweep_size = len(points)
@@ -362,7 +366,7 @@ class ExperimentsCallback(Callback):
                 plans.append(None)
                 refusals.append((number, f"{type(error).__name__}: {_first_line(error)}"))
         launchers.plan_sweep_launch(config, plans)  # Slurm: the points as one job array
-        if config.dry_run and swept and config.dry_run != "json":
+        if config.dry_run in (True, "true") and swept:
             _print(_verdict_lines(points, plans))
         for number, message in refusals:
             shown = " ".join(o for o in points[number] if not o.startswith("dry_run="))

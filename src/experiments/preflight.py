@@ -18,7 +18,7 @@ import json
 import os
 import shutil
 import socket
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,10 +98,6 @@ def as_table(checks: list[Check]) -> str:
     return "\n".join(lines)
 
 
-def as_records(checks: list[Check]) -> list[dict[str, Any]]:
-    return [asdict(check) for check in checks]
-
-
 # --- the checks -----------------------------------------------------------------------------
 
 
@@ -117,7 +113,7 @@ def _software(plan: Any) -> list[Check]:
                 f"(model.neuron_implementation={neuron.get('requested')})",
             )
         )
-    if plan.device == "cuda":
+    if getattr(plan, "device", "cpu") == "cuda":
         import torch.distributed as dist
 
         checks.append(
@@ -145,7 +141,7 @@ def _software(plan: Any) -> list[Check]:
 
 
 def _gpus(plan: Any, launcher: dict[str, Any]) -> list[Check]:
-    if plan.device != "cuda":
+    if getattr(plan, "device", "cpu") != "cuda":
         return []
     import torch
 
@@ -220,9 +216,12 @@ def checkpoint_bytes(plan: Any, values: dict[str, Any]) -> int:
     return 4 * (1 + slots) * int(parameters)
 
 
-def _space(plan: Any, values: dict[str, Any]) -> Check:
+def _space(plan: Any, values: dict[str, Any]) -> Check | None:
     """Free space under the run directory covers the kept checkpoints and the one being
-    written (trainer.keep_checkpoints + 1)."""
+    written (trainer.keep_checkpoints + 1); a family whose plan counts no parameters is not
+    estimated."""
+    if not isinstance(getattr(plan, "parameters", None), int | dict):
+        return None
     keep = int((values.get("trainer") or {}).get("keep_checkpoints") or 1)
     needed = checkpoint_bytes(plan, values) * (keep + 1)
     folder = Path(plan.run_dir)

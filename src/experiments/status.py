@@ -18,12 +18,16 @@ recorded in the directory's cancelled.json, and those points show `cancelled` fr
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
+import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +69,12 @@ def submitted(path: Path) -> dict[str, dict[str, Any]]:
     """The points a Slurm submission queued, by number: {"job_id", "overrides"}."""
     points = _read_json(path / SUBMITTED).get("points")
     return points if isinstance(points, dict) else {}
+
+
+def submissions(path: Path) -> list[dict[str, Any]]:
+    """Each submission to the sweep, oldest first: {"at", "command", "arrays", ...}."""
+    found = _read_json(path / SUBMITTED).get("submissions")
+    return found if isinstance(found, list) else []
 
 
 def point_dirs(path: Path, points: dict[str, dict[str, Any]] | None = None) -> list[Path]:
@@ -125,25 +135,44 @@ def live_jobs(jobs: list[str]) -> list[str]:
     return [job for job in jobs if job in queue]
 
 
-def _sacct(job_ids: list[str]) -> dict[str, str]:
-    """Slurm accounting's state of jobs no longer in the queue ({} without accounting)."""
-    if not job_ids or shutil.which("sacct") is None:
+def slurm_jobs(path: Path, job_ids: list[str]) -> list[Any]:
+    """submitit's own objects for jobs recorded at submission: the first `state` read asks
+    sacct once for all of them (submitit's SlurmInfoWatcher), `cancel()` runs scancel. (Their
+    folder, as conf/launcher/slurm.yaml sets it, only places logs, which are not read here.)"""
+    from submitit.slurm.slurm import SlurmJob
+
+    return [SlurmJob(path / ".submitit" / "%j", job) for job in job_ids]
+
+
+def slurm_accounting(path: Path, job_ids: list[str]) -> dict[str, str]:
+    """Slurm accounting's word ("completed", "cancelled", ...) on jobs no longer in the queue,
+    as submitit reads it; none for a job sacct does not know, or where sacct does not answer
+    (a cluster without accounting: no error of this command, so nothing is printed)."""
+    if not job_ids:
         return {}
+    jobs = slurm_jobs(path, job_ids)  # (imports submitit, which configures its logger)
+    with _silent_sacct():
+        states = {job.job_id: job.state for job in jobs}
+    return {job: state.split()[0].lower() for job, state in states.items() if state != "UNKNOWN"}
+
+
+@contextlib.contextmanager
+def _silent_sacct() -> Iterator[None]:
+    """submitit warns of a failing sacct call on its logger, and sacct writes its own error to
+    this process's stderr (file descriptor 2): both are dropped meanwhile."""
+    submitit_log = logging.getLogger("submitit")
+    level = submitit_log.level
+    submitit_log.setLevel(logging.CRITICAL)
+    sys.stderr.flush()
+    saved = os.dup(2)
     try:
-        out = subprocess.run(
-            ["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", ",".join(job_ids)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    found = {}
-    for line in out.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) == 2:
-            found[parts[0]] = parts[1].split()[0].lower() if parts[1] else ""
-    return found
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        submitit_log.setLevel(level)
 
 
 def job_of(run_dir: Path, summary: dict[str, Any], points: dict[str, dict[str, Any]]) -> str:
@@ -247,7 +276,7 @@ def table(path: Path, problems: list[str] | None = None) -> str:
             if problems is not None:
                 problems.append(str(error))
     unstarted = [job_of(d, {}, points) for d in records if not d.exists()]
-    accounted = _sacct([job for job in unstarted if job and job not in queue])
+    accounted = slurm_accounting(path, [j for j in unstarted if j and j not in queue])
     cancelled = _read_json(path / CANCELLED)
     rows = [
         point_row(run_dir, found, queue, accounted, cancelled, points)
@@ -263,6 +292,10 @@ def table(path: Path, problems: list[str] | None = None) -> str:
     lines.append(
         f"{len(rows)} point(s): " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
     )
+    if list(records) == [path]:  # one run: the command that continues it, while it is unfinished
+        summary = _read_json(path / "summary.json")
+        if summary.get("status") != "completed" and summary.get("resume_command"):
+            lines.append(f"resume (once stopped): {summary['resume_command']}")
     return "\n".join(lines)
 
 
@@ -276,13 +309,13 @@ def cancel(path: Path) -> str:
         return f"nothing to cancel in {path}: no point's Slurm job is queued or running"
     if shutil.which("scancel") is None:
         raise SlurmNotAnswering("scancel not found on PATH")
-    try:
-        done = subprocess.run(["scancel", *live], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as error:
-        raise SlurmNotAnswering(f"scancel: {error}") from None
-    if done.returncode != 0:
-        said = done.stderr.strip().splitlines()
-        raise SlurmNotAnswering("scancel: " + (said[-1] if said else f"exit {done.returncode}"))
+    for job in slurm_jobs(path, live):
+        try:
+            job.cancel()  # scancel, whose own error (Slurm's reason) goes to stderr as it is
+        except subprocess.CalledProcessError as error:
+            raise SlurmNotAnswering(f"scancel {job.job_id}: exit {error.returncode}") from None
+        except OSError as error:
+            raise SlurmNotAnswering(f"scancel: {error}") from None
     record = _read_json(path / CANCELLED)
     stopped = [d.name for d in records if job_of(d, records[d]["summary"] or {}, points) in live]
     record = {
@@ -306,9 +339,9 @@ def main(argv: list[str] | None = None) -> None:
         "Where each point of a sweep (or one run) stands: state, step, last loss, objective,\n"
         "problem; a run's line names the command that continues it.",
         [
-            "experiments-status multirun/2026-12-06/10-00-00",
-            "experiments-status multirun/2026-12-06/10-00-00 --watch 10",
-            "experiments-status multirun/2026-12-06/10-00-00 --cancel   # scancel its jobs",
+            "experiments-status outputs/multiruns/optimizer.lr_1e-3_3e-3-1a2b3c4d",
+            "experiments-status outputs/multiruns/optimizer.lr_1e-3_3e-3-1a2b3c4d --watch 10",
+            "experiments-status outputs/multiruns/optimizer.lr_1e-3_3e-3-1a2b3c4d --cancel",
             "experiments-status outputs/runs/2026-12-06/10-00-00-000000",
         ],
         "Slurm did not answer",

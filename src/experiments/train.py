@@ -70,20 +70,7 @@ def app(cfg: DictConfig) -> float | None:
             callbacks.stop_sweep(hydra_cfg)  # Ctrl-C between points: start no other one
         lock.hold(Path(hydra_cfg.runtime.output_dir))
         lock.check_readable(Path(hydra_cfg.runtime.output_dir))  # a newer version's: refused
-        plan = callbacks.planned  # a single run was planned before Hydra made its directory
-        if plan is None or plan.run_dir != Path(hydra_cfg.runtime.output_dir):
-            # A sweep point. Its login checked it against the directory's record and recorded
-            # its extensions (callbacks.on_multirun_start); Hydra has since rewritten
-            # .hydra/config.yaml with this point's config, and in a multi-task Slurm job every
-            # task rewrites it at once: read here, it could be half-written (a requeued 2-task
-            # GAN job's rank 0 read it empty, failed, and left rank 1 in the rendezvous).
-            plan = build_plan(
-                cfg,
-                hydra_cfg.runtime.output_dir,
-                list(hydra_cfg.overrides.task),
-                dict(hydra_cfg.runtime.choices),
-                check_record=hydra_cfg.mode != RunMode.MULTIRUN,
-            )
+        plan = _plan_of(cfg, hydra_cfg)
         running = True  # from here on, run() records a rank's failure itself
         value = run(
             plan,
@@ -132,13 +119,60 @@ def app(cfg: DictConfig) -> float | None:
             lock.release(Path(hydra_cfg.runtime.output_dir))
 
 
-def preflight_in_task(plan: Any, config: dict[str, Any]) -> str | None:
+def _plan_of(cfg: DictConfig, hydra_cfg: Any) -> Any:
+    """A single run's plan, made before Hydra made its directory; a sweep point's, made here.
+    The point's login checked it against the directory's record and recorded its extensions
+    (callbacks.on_multirun_start); Hydra has since rewritten .hydra/config.yaml with this
+    point's config, and in a multi-task Slurm job every task rewrites it at once: read here,
+    it could be half-written (a requeued 2-task GAN job's rank 0 read it empty, failed, and
+    left rank 1 in the rendezvous)."""
+    plan = callbacks.planned
+    if plan is not None and plan.run_dir == Path(hydra_cfg.runtime.output_dir):
+        return plan
+    return build_plan(
+        cfg,
+        hydra_cfg.runtime.output_dir,
+        list(hydra_cfg.overrides.task),
+        dict(hydra_cfg.runtime.choices),
+        check_record=hydra_cfg.mode != RunMode.MULTIRUN,
+    )
+
+
+def _already_completed(plan: Any, previous: dict[str, Any]) -> Any:
+    value = objective_value(plan, previous["metrics"])
+    shown = f"{value:.4f}" if isinstance(value, float) else str(value)
+    print(f"Run already completed: {plan.run_dir} ({plan.objective}={shown}); resume=null "
+          "retrains it.")  # fmt: skip
+    return value
+
+
+def _node_checks(plan: Any, recorder: RunRecorder, config: dict[str, Any]) -> None:
     """A Slurm task's own checks before it trains (preflight.task): the failed ones as one
     line, which summary.json records; the job ends in seconds instead of failing later."""
     from experiments import preflight
 
     failed = [check.line() for check in preflight.task(plan, config) if not check.ok]
-    return "; ".join(failed) or None
+    if failed:
+        recorder.finish("failed", error="; ".join(failed))
+        print(f"error: {'; '.join(failed)}", file=sys.stderr)
+        raise Ended(1)
+
+
+def _record_crash(plan: Any, recorder: RunRecorder, rank: int, error: BaseException) -> None:
+    """An exception out of the engine, recorded before it propagates: a full disk in one line
+    (raised as exit 1 here); a rank's failure under the rank that caused it."""
+    full = no_space(error)
+    if full is not None and plan.dims.world_size == 1:
+        finish_no_space(recorder, full)
+        raise SystemExit(1) from None
+    log.error("run failed:\n%s", traceback.format_exc())
+    text = f"{type(error).__name__}: {error}"
+    if plan.dims.world_size > 1 and failures.attempt() is not None:
+        own = failures.write(plan.run_dir, rank, text, launchers.rank_logs(plan.run_dir, rank))
+        if recorder.enabled:
+            finish_failed(recorder, failures.wait_for_cause(plan.run_dir, own))
+    else:
+        recorder.finish("failed", error=text)
 
 
 def _container(node: Any) -> dict[str, Any]:
@@ -172,6 +206,8 @@ def run(
     line = f"To resume this run if it stops: {resume_command(plan.run_dir)}" if single else None
     try:
         value = _run(plan, cwd, warm_points, logger, config, line)
+    except Ended:
+        raise  # the run stopped itself for a reason a resume would meet again
     except BaseException:
         if line is not None:
             print(line, file=sys.stderr, flush=True)
@@ -179,6 +215,11 @@ def run(
     if line is not None and value is not None and math.isnan(value):  # its ranks stopped
         print(line, file=sys.stderr, flush=True)
     return value
+
+
+class Ended(SystemExit):
+    """Exit 1 from a run that stopped itself (a failed check: the spike guard, a checkpoint
+    that cannot load, the node's preflight): its line says why; no resume command follows."""
 
 
 def _run(
@@ -191,13 +232,7 @@ def _run(
 ) -> float | None:
     previous = record_extensions(plan)  # before any process starts: the run is no longer done
     if previous and previous.get("status") == "completed" and plan.resume == "auto":
-        value = objective_value(plan, previous["metrics"])
-        shown = f"{value:.4f}" if isinstance(value, float) else str(value)
-        print(
-            f"Run already completed: {plan.run_dir} ({plan.objective}={shown}); "
-            "resume=null retrains it."
-        )
-        return value
+        return _already_completed(plan, previous)
     if resume_line is not None:
         print(resume_line, flush=True)
     # what every process of the run inherits (SpikingJelly's neuron-kernel pin: snn/neurons.py)
@@ -214,11 +249,7 @@ def _run(
     )
     recorder.start()
     if distributed_env.in_slurm_job() and (config or {}).get("preflight", True):
-        stopped = preflight_in_task(plan, config or {})
-        if stopped is not None:
-            recorder.finish("failed", error=stopped)
-            print(f"error: {stopped}", file=sys.stderr)
-            raise SystemExit(1)
+        _node_checks(plan, recorder, config or {})
     watchdog = failures.Watchdog(
         plan.run_dir, rank, on_peer_failure=lambda peer: finish_failed(recorder, peer)
     )
@@ -242,7 +273,7 @@ def _run(
         watchdog.stop()
         recorder.finish("failed", error=str(error))
         print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(1) from None
+        raise Ended(1) from None
     except KeyboardInterrupt:  # Ctrl-C before the engine could stop at a step boundary
         watchdog.stop()
         recorder.finish(
@@ -250,20 +281,8 @@ def _run(
         )
         raise
     except BaseException as error:
-        full = no_space(error)
-        if full is not None and plan.dims.world_size == 1:
-            watchdog.stop()
-            finish_no_space(recorder, full)
-            raise SystemExit(1) from None
         watchdog.stop()
-        log.error("run failed:\n%s", traceback.format_exc())
-        text = f"{type(error).__name__}: {error}"
-        if plan.dims.world_size > 1 and failures.attempt() is not None:
-            own = failures.write(plan.run_dir, rank, text, launchers.rank_logs(plan.run_dir, rank))
-            if recorder.enabled:
-                finish_failed(recorder, failures.wait_for_cause(plan.run_dir, own))
-        else:
-            recorder.finish("failed", error=text)
+        _record_crash(plan, recorder, rank, error)
         raise
     watchdog.stop()
     for path in family.artifacts(plan.run_dir, metrics):

@@ -157,7 +157,6 @@ def build_config(
 
     from experiments.gan import datasets as gan_datasets
     from experiments.gan import mmgen_compat
-    from experiments.gan.conditional import HOOK_TYPE as VISUALIZE_CLASS_ROWS
 
     cfg = mmcv.Config.fromfile(str(recipe_path(recipe.recipe)))
     if mmgen_compat.uses_ada(cfg._cfg_dict.to_dict()) and not mmgen_compat.ada_available():
@@ -189,23 +188,7 @@ def build_config(
     )
     cfg.log_config = dict(cfg.get("log_config") or {}, interval=recipe.log_interval)
     cfg.log_config.setdefault("hooks", [dict(type="TextLoggerHook")])
-    hooks = [
-        h for h in cfg.get("custom_hooks") or [] if h.get("type") != "VisualizeUnconditionalSamples"
-    ]
-    sampling = dict(
-        type="VisualizeUnconditionalSamples",
-        output_dir=SAMPLES_DIRNAME,
-        interval=recipe.sample_interval,
-        num_samples=recipe.num_samples,
-        nrow=math.ceil(math.sqrt(recipe.num_samples)),
-    )
-    if classes:  # one row per class, num_samples // classes images per row
-        sampling.update(type=VISUALIZE_CLASS_ROWS, num_classes=classes)
-        del sampling["nrow"]
-    if (cfg.get("train_cfg") or {}).get("use_ema"):  # the EMA generator's samples, not 2N
-        sampling["kwargs"] = dict(sample_model="ema")
-    hooks.append(sampling)
-    cfg.custom_hooks = hooks
+    cfg.custom_hooks = _with_our_sample_grid(cfg, recipe, classes)
     cfg.evaluation = None  # the recipes' FID/IS hooks need Inception weights (a download)
     cfg.metrics = dict(
         swd=dict(
@@ -225,6 +208,30 @@ def build_config(
     if arch and arch.get("in_channels"):
         arch.in_channels[0] = channels  # the data's channels, as in_channels above
     return cfg
+
+
+def _with_our_sample_grid(cfg: Any, recipe: GANRecipe, classes: int) -> list[dict[str, Any]]:
+    """The recipe's custom hooks with its sample grid replaced by ours: `model.num_samples`
+    images every `model.sample_interval` iterations into the run's samples folder, one row
+    per class for a conditional recipe, drawn by the EMA generator where the recipe keeps one."""
+    from experiments.gan.conditional import HOOK_TYPE as VISUALIZE_CLASS_ROWS
+
+    hooks = [
+        h for h in cfg.get("custom_hooks") or [] if h.get("type") != "VisualizeUnconditionalSamples"
+    ]
+    sampling = dict(
+        type="VisualizeUnconditionalSamples",
+        output_dir=SAMPLES_DIRNAME,
+        interval=recipe.sample_interval,
+        num_samples=recipe.num_samples,
+        nrow=math.ceil(math.sqrt(recipe.num_samples)),
+    )
+    if classes:  # one row per class, num_samples // classes images per row
+        sampling.update(type=VISUALIZE_CLASS_ROWS, num_classes=classes)
+        del sampling["nrow"]
+    if (cfg.get("train_cfg") or {}).get("use_ema"):  # the EMA generator's samples, not 2N
+        sampling["kwargs"] = dict(sample_model="ema")
+    return [*hooks, sampling]
 
 
 def _conditional_classes(

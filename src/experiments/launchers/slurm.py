@@ -12,8 +12,6 @@ accounting, submitit's failing sacct polls are reported once.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
 import os
 import re
@@ -168,8 +166,8 @@ def command(launcher: dict, overrides: list[str], run_dir: str, points: int = 1)
 
 def prepare_submission(launcher: dict) -> None:
     """Before hydra-submitit-launcher submits (and before Hydra writes the sweep directory):
-    refuse a machine without Slurm's client, and make sbatch's refusals and sacct's failures
-    readable (see the module docstring)."""
+    refuse a machine without Slurm's client, and make sacct's failures readable (see the
+    module docstring; sbatch's refusals are made one line where slurm_jobs.submit submits)."""
     missing = [tool for tool in CLIENT_TOOLS if shutil.which(tool) is None]
     if missing:
         raise ConfigError(
@@ -179,7 +177,6 @@ def prepare_submission(launcher: dict) -> None:
             "(or install Slurm's client, e.g. apt-get install slurm-client), or use "
             "launcher=local or launcher=torchrun",
         )
-    _refusals_in_one_line(launcher)
     _sacct_failure_once()
 
 
@@ -220,32 +217,6 @@ def refusal(said: str, launcher: dict) -> tuple[str, bool]:
             change = ", ".join(shown[:-1]) + " or " + shown[-1] if len(shown) > 1 else shown[0]
             return f"error: Slurm refused the job ({text}): change {change}; {NOTHING_QUEUED}", True
     return f"error: Slurm refused the job: {text}; {NOTHING_QUEUED}", False
-
-
-def _refusals_in_one_line(launcher: dict) -> None:
-    """submitit turns a refused sbatch into a FailedJobError, which Hydra prints as a
-    40-line traceback after submitit printed sbatch's stderr: here it is one line instead
-    (`refusal`), and the login process exits. Installed on submitit's SlurmExecutor, whose
-    `_submit_command` runs sbatch for a single job and for a sweep's array alike."""
-    from submitit.core.utils import FailedJobError
-    from submitit.slurm.slurm import SlurmExecutor
-
-    submit = SlurmExecutor._submit_command
-    if getattr(submit, "one_line_refusals", False):
-        return
-
-    def _submit_command(executor: Any, command: str) -> Any:
-        said = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(said):  # submitit prints sbatch's stderr here
-                return submit(executor, command)
-        except FailedJobError as error:
-            line, is_config = refusal(str(error) or said.getvalue(), launcher)
-            print(line, file=sys.stderr)
-            raise SystemExit(ConfigError.exit_code if is_config else 1) from None
-
-    _submit_command.one_line_refusals = True  # type: ignore[attr-defined]
-    SlurmExecutor._submit_command = _submit_command  # type: ignore[method-assign]
 
 
 class SacctFailureOnce(logging.Filter):

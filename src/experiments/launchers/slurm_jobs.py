@@ -120,8 +120,8 @@ def submit(
     try:
         for start in range(0, len(job_params), size):  # more than MaxArraySize: several arrays
             chunk = job_params[start : start + size]
-            jobs += executor.map_array(launcher, *zip(*chunk, strict=True))
-    except BaseException:  # sbatch refused (one line, slurm.py): no copy left for nothing
+            jobs += _map_array(executor, launcher, chunk, config)
+    except BaseException:  # sbatch refused (one line: _map_array): no copy left for nothing
         if folder is not None and not jobs and _snapshots.get(sweep_dir) == folder:
             import shutil
 
@@ -132,6 +132,28 @@ def submit(
         raise
     record_submission(sweep_dir, config, job_overrides, initial_job_idx, jobs, folder)
     return jobs
+
+
+def _map_array(executor: Any, launcher: Any, chunk: list[Any], config: DictConfig) -> list[Any]:
+    """One job array. A refused sbatch is one line with Slurm's reason and the `launcher.*`
+    key to change (slurm.refusal), and the login exits: submitit would print sbatch's stderr
+    and raise FailedJobError, which Hydra shows as a 40-line traceback."""
+    import io
+    import sys
+
+    from submitit.core.utils import FailedJobError
+
+    from experiments.errors import ConfigError
+    from experiments.launchers import slurm
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # submitit prints sbatch's stderr
+            return executor.map_array(launcher, *zip(*chunk, strict=True))
+    except FailedJobError as error:
+        fields = OmegaConf.to_container(config.launcher, resolve=True)
+        line, is_config = slurm.refusal(str(error), fields)  # type: ignore[arg-type]
+        print(line, file=sys.stderr)
+        raise SystemExit(ConfigError.exit_code if is_config else 1) from None
 
 
 def record_submission(

@@ -140,9 +140,10 @@ def _slurm_login_catches_ctrl_c(sweep_dir: Path) -> None:
     them (scancel: their running points checkpoint and end `interrupted`, pending ones never
     start) and that the same command continues the sweep."""
     import signal
-    import time
 
-    started = time.time() - 1
+    from experiments import status
+
+    earlier = len(status.submissions(sweep_dir))  # those of a login before this one
 
     def handle(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C: at once
@@ -152,8 +153,8 @@ def _slurm_login_catches_ctrl_c(sweep_dir: Path) -> None:
             print(format_outcome(sweep_dir, write_report(sweep_dir)))
         except Exception as error:  # the message below matters more than the report
             print(f"(sweep report not written: {error})", file=sys.stderr)
-        jobs = submitted_jobs(sweep_dir / ".submitit", started)
-        named = " ".join(jobs) or "(none submitted yet)"
+        ours = status.submissions(sweep_dir)[earlier:]  # recorded as sbatch answered
+        named = " ".join(a for each in ours for a in each["arrays"]) or "(none submitted yet)"
         print(
             f"Ctrl-C: the Slurm jobs of this sweep were left running: {named}; they record "
             f"their points themselves. To stop them: scancel {named} (running points stop "
@@ -165,13 +166,3 @@ def _slurm_login_catches_ctrl_c(sweep_dir: Path) -> None:
         sys.exit(130)
 
     signal.signal(signal.SIGINT, handle)
-
-
-def submitted_jobs(folder: Path, since: float) -> list[str]:
-    """The Slurm job (array) ids this login submitted: submitit's folders made since."""
-    try:
-        entries = [p for p in folder.iterdir() if p.is_dir() and p.stat().st_mtime >= since]
-    except OSError:
-        return []
-    ids = {p.name.split("_")[0] for p in entries if p.name.split("_")[0].isdigit()}
-    return sorted(ids, key=int)

@@ -7,9 +7,7 @@ arbitrary objects.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 META = "meta.json"
 PREFIX = "step_"
@@ -30,7 +28,3 @@ def complete_checkpoints(root: Path) -> list[Path]:
         return []
     found = [p for p in root.iterdir() if p.name.startswith(PREFIX) and (p / META).is_file()]
     return sorted(found, key=lambda p: p.name, reverse=True)
-
-
-def read_meta(path: Path) -> dict[str, Any]:
-    return json.loads((path / META).read_text(encoding="utf-8"))

@@ -244,6 +244,13 @@ def _check_data(data: dict[str, Any]) -> None:
                 f"no folder {val}; add val/<class>/ folders, or set data.val_fraction=0.1 to "
                 "hold out a seeded 10% of train/ for validation",
             )
+    if data["num_classes"] is None and data.get("root") == ROOT_PLACEHOLDER:
+        raise ConfigError(
+            "data.num_classes",
+            None,
+            "a number of classes for this dry run (a real run with data.root=<folder> reads "
+            "it from the class folders)",
+        )
     check.integer(data["num_classes"], "data.num_classes", minimum=2)
     check.integer(data["image_size"], "data.image_size", minimum=1)
 
@@ -396,6 +403,96 @@ def _training_config(
         ) from None
 
 
+def _checked_trainer(values: dict[str, Any]) -> tuple[bool, Any, dict[str, Any]]:
+    """(classic, resume, trainer checked): SpikingJelly's classic Trainer (trainer=classify)
+    or its train_classification; MMGen's resume keys refused for an SNN."""
+    for key in ("resume_from", "load_from"):
+        if values.get(key) is not None:
+            raise ConfigError(
+                key,
+                values[key],
+                "null: MMGen's resume_from/load_from apply to GAN models; an SNN run resumes "
+                "with resume=auto (its own checkpoints) or resume=<checkpoint directory>",
+            )
+    if classify_plan.is_classify(values["trainer"]):
+        classify_plan.check_resume(values.get("resume"), values["trainer"].get("test_only"))
+        return True, values.get("resume"), classify_plan.check_keys(values["trainer"])
+    return False, _resume(values.get("resume")), snn_trainer.checked(values["trainer"])
+
+
+def _layout(
+    values: dict[str, Any],
+    trainer: dict[str, Any],
+    world_size: int,
+    caps: Any,
+    model_name: str,
+    classic: bool,
+) -> tuple[ParallelDims, dict[str, Any]]:
+    """The mesh, and the trainer with a global batch derived over its data-parallel ranks
+    (the pipeline's micro-batches then checked against the derived batch)."""
+    dims = parallel_dims(values["topology"], world_size, caps, model_name, trainer["batch_size"])
+    if not classic and trainer.get("global_batch_size") is not None:
+        trainer = {**trainer, **snn_trainer.derive_batch(trainer, dims)}
+        dims = parallel_dims(
+            values["topology"], world_size, caps, model_name, trainer["batch_size"]
+        )
+    return dims, trainer
+
+
+def _engine_and_device(
+    classic: bool,
+    trainer: dict[str, Any],
+    dims: ParallelDims,
+    has_cuda: bool,
+    launcher: str,
+    values: dict[str, Any],
+    model_config: Any,
+    extensions: list[str],
+) -> tuple[str, str]:
+    """Which loop trains it on which device, with each loop's own rules checked."""
+    if classic:
+        classify_plan.check_extension(trainer, extensions)
+        return "classify", classify_plan.check_run(
+            trainer,
+            dims=dims,
+            has_cuda=has_cuda,
+            launcher=launcher,
+            data=values["data"],
+            step_mode=model_config.step_mode,
+            input_layout=input_layout(values["data"]),
+        )
+    engine, device = snn_trainer.engine_and_device(trainer, has_cuda, launcher)
+    snn_trainer.check_cuda_graph(trainer, dims)
+    snn_trainer.check_accumulation(trainer, dims)
+    _check_spikingjelly_rules(model_config, trainer, dims)
+    return engine, device
+
+
+def _check_reshard(
+    run_dir: Path,
+    extensions: list[str],
+    engine: str,
+    dims: ParallelDims,
+    trainer: dict[str, Any],
+    resume: Any,
+    model_config: Any,
+) -> None:
+    """A recorded run continued under another layout: what its checkpoints can be resharded
+    to (snn/reshard.py), refused in one line otherwise."""
+    from experiments.snn import reshard
+
+    reshard.check(
+        run_dir,
+        extensions,
+        engine,
+        dims,
+        trainer["batch_size"],
+        bool(trainer.get("allow_global_batch_change", False)),
+        resume,
+        can_resplit=hasattr(model_config.get_builder_cls(), "merge_state_dicts"),
+    )
+
+
 def build_snn_plan(
     cfg: DictConfig,
     values: dict[str, Any],
@@ -409,22 +506,7 @@ def build_snn_plan(
     if values["data"].get("name") == "imagefolder" and "root" in values["data"]:
         cfg = _folder_classes(cfg, values["data"])
         values = _resolve(cfg)
-    for key in ("resume_from", "load_from"):
-        if values.get(key) is not None:
-            raise ConfigError(
-                key,
-                values[key],
-                "null: MMGen's resume_from/load_from apply to GAN models; an SNN run resumes "
-                "with resume=auto (its own checkpoints) or resume=<checkpoint directory>",
-            )
-    classic = classify_plan.is_classify(values["trainer"])  # SpikingJelly's classic Trainer
-    if classic:
-        classify_plan.check_resume(values.get("resume"), values["trainer"].get("test_only"))
-        resume = values.get("resume")
-        trainer = classify_plan.check_keys(values["trainer"])
-    else:
-        resume = _resume(values.get("resume"))
-        trainer = snn_trainer.checked(values["trainer"])
+    classic, resume, trainer = _checked_trainer(values)
     optimizer_name, optimizer_kwargs = optimizer_group.checked(values["optimizer"])
 
     data_kwargs = data_group.dataset_kwargs(cfg.data)
@@ -436,39 +518,17 @@ def build_snn_plan(
 
     launcher = values["launcher"]
     module = launcher_module(launcher["name"])
-    world_size = module.world_size(launcher)
     module.validate(launcher)
-    dims = parallel_dims(values["topology"], world_size, caps, model_name, trainer["batch_size"])
-    if not classic and trainer.get("global_batch_size") is not None:
-        trainer = {**trainer, **snn_trainer.derive_batch(trainer, dims)}
-        dims = parallel_dims(  # the pipeline's micro-batches against the derived batch
-            values["topology"], world_size, caps, model_name, trainer["batch_size"]
-        )
+    dims, trainer = _layout(values, trainer, module.world_size(launcher), caps, model_name, classic)
     _check_validation_split(values["data"], dims, trainer["batch_size"])
     if not classic:  # the classic Trainer steps its own lr_scheduler once per epoch
         trainer = schedule.follow_the_run(trainer, values["data"], dims)
     spike_settings = spikes.resolved(spikes.settings(trainer), dims, trainer["batch_size"])
 
-    if classic:
-        engine = "classify"
-        classify_plan.check_extension(trainer, extensions)
-        device = classify_plan.check_run(
-            trainer,
-            dims=dims,
-            has_cuda=module.has_cuda(launcher),
-            launcher=launcher["name"],
-            data=values["data"],
-            step_mode=model_config.step_mode,
-            input_layout=input_layout(values["data"]),
-        )
-    else:
-        engine, device = snn_trainer.engine_and_device(
-            trainer, module.has_cuda(launcher), launcher["name"]
-        )
-        snn_trainer.check_cuda_graph(trainer, dims)
-        snn_trainer.check_accumulation(trainer, dims)
-    if not classic:
-        _check_spikingjelly_rules(model_config, trainer, dims)
+    engine, device = _engine_and_device(
+        classic, trainer, dims, module.has_cuda(launcher), launcher["name"], values,
+        model_config, extensions,
+    )  # fmt: skip
     execution = "compile" if trainer.get("execution_mode") == "compile" else "eager"
     neuron = neurons.checked(
         values["model"].get("neuron_implementation", "auto"), model_config, device, execution
@@ -477,18 +537,7 @@ def build_snn_plan(
         raise ConfigError(
             "trainer.memopt_level", trainer["memopt_level"], f"0: {model_name} has no memopt split"
         )
-    from experiments.snn import reshard
-
-    reshard.check(
-        run_dir,
-        extensions,
-        engine,
-        dims,
-        trainer["batch_size"],
-        bool(trainer.get("allow_global_batch_change", False)),
-        resume,
-        can_resplit=hasattr(model_config.get_builder_cls(), "merge_state_dicts"),
-    )
+    _check_reshard(run_dir, extensions, engine, dims, trainer, resume, model_config)
     training_config = _training_config(
         model_config,
         values,
@@ -519,14 +568,7 @@ def build_snn_plan(
         spikes=spike_settings,
         neuron=neuron,
         trainer_args=classify_plan.arguments(
-            trainer,
-            device=device,
-            optimizer=optimizer_name,
-            optimizer_kwargs=optimizer_kwargs,
-            seed=values["seed"],
-            run_dir=run_dir,
-            model=model_name,
-        )
-        if classic
-        else [],
-    )
+            trainer, device=device, optimizer=optimizer_name, optimizer_kwargs=optimizer_kwargs,
+            seed=values["seed"], run_dir=run_dir, model=model_name,
+        ) if classic else [],
+    )  # fmt: skip
