@@ -44,7 +44,7 @@ bench: setup-gan
 	.venv/bin/python -m bench.run_all $(ARGS)
 
 # Every kept breakage of tests/mutants/*.toml, each in a scratch copy of the working tree, its
-# test(s) run against it: caught/survived per mutant (not part of `make test`; see README).
+# test(s) run against it: caught/survived per mutant (not part of `make test`; see docs/contributing.md).
 # `make mutants MUTANTS=gan` runs the mutants whose name or file matches. Needs `make setup`
 # once (it installs nothing itself).
 mutants:

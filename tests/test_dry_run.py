@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from .conftest import CLI, REPO, run_cli, run_cli_in_process
+from .test_docs import Command, as_checked, stand_in_place
+from .test_docs import commands as docs_commands
 
 # The CLI's entry point runs in-process (run_cli_in_process) except where a process of its own
 # is the point (closed stdout; the task function reached without the callback): `make test`.
@@ -176,28 +178,46 @@ def test_slurm_dry_runs_and_refusals_never_call_slurm(args: list[str], tmp_path:
     assert _written(work) == []
 
 
-def _readme_slurm_commands() -> list[list[str]]:
-    """The README's complete `experiments-train ... launcher=slurm ...` commands (not the
-    ones with `...`), continuation lines joined, comments dropped."""
-    text = (REPO / "README.md").read_text(encoding="utf-8").replace("\\\n", " ")
-    commands = []
-    for line in text.splitlines():
-        words = shlex.split(line, comments=True) if line.startswith("experiments-train") else []
-        if "launcher=slurm" in words and "..." not in words:
-            commands.append(words[1:])
-    return commands
+def _on_slurm(words: tuple[str, ...]) -> bool:
+    """`launcher=slurm`, or a named recipe (conf/experiment/, as installed) that picks it."""
+    import yaml
+
+    import experiments
+
+    if "launcher=slurm" in words:
+        return True
+    presets = Path(experiments.__file__).parent / "conf" / "experiment"
+    for word in words:
+        if word.startswith("experiment="):
+            recipe = yaml.safe_load((presets / f"{word.split('=', 1)[1]}.yaml").read_text())
+            return {"override /launcher": "slurm"} in (recipe or {}).get("defaults", [])
+    return False
+
+
+def _readme_slurm_commands() -> list[Command]:
+    """The README's `experiments-train` commands that submit to Slurm, read as
+    tests/test_docs.py reads every command of the docs (continuation lines joined, comments
+    dropped; refusals left out)."""
+    return [
+        command
+        for command in docs_commands(REPO / "README.md")
+        if _on_slurm(command.words) and command.refused is None
+    ]
 
 
 def test_readme_slurm_examples_pass_their_dry_run_as_written(tmp_path: Path) -> None:
     """Each Slurm example of the README is accepted as written (once `single` with 8 ranks
-    was refused there); the dry run stands in for the submission."""
+    was refused there); the dry run stands in for the submission and shows the sbatch script.
+    A data.root this machine lacks is a stand-in folder of its layout (test_docs.py)."""
     commands = _readme_slurm_commands()
-    assert len(commands) >= 3, commands  # the quick-start line and the Slurm section's
-    for args in commands:
-        args = [*(a for a in args if not a.startswith("dry_run=")), "dry_run=true"]
-        result = run_cli_in_process(args, cwd=tmp_path)
-        assert result.returncode == 0, (shlex.join(args), result.stderr[-2000:])
-        assert "#SBATCH --nodes=" in result.stdout
+    assert len(commands) >= 3, commands  # the sweep, the two-node job, the ImageNet recipe
+    with stand_in_place() as data:
+        for command in commands:
+            args = [a for a in as_checked(command, tmp_path, data) if not a.startswith("dry_run=")]
+            args.append("dry_run=true")
+            result = run_cli_in_process(args, cwd=tmp_path)
+            assert result.returncode == 0, (shlex.join(args), result.stderr[-2000:])
+            assert "#SBATCH --nodes=" in result.stdout
     assert _written(tmp_path) == []
 
 
@@ -215,3 +235,30 @@ def test_a_slurm_script_imports_its_code_snapshot_unless_snapshot_is_off(tmp_pat
     assert f"export PYTHONPATH={copy / 'site'}" in shown["true"]
     assert "EXPERIMENTS_SNAPSHOT" not in shown["false"] and "#SBATCH" in shown["false"]
     assert not (tmp_path / "sweep").exists()  # a dry run writes nothing
+
+
+@pytest.mark.parametrize(
+    ("args", "asks", "warned"),
+    [
+        (["launcher=slurm"], "1 node(s) x 1 task(s), no GPU (launcher.gpus_per_node=0)", True),
+        (
+            ["launcher=slurm", "launcher.nodes=2", "launcher.gpus_per_node=4",
+             "launcher.tasks_per_node=4", "topology=ddp"],
+            "2 node(s) x 4 task(s), 1 GPU per task (launcher.gpus_per_node=4)",
+            False,
+        ),
+        (["model=dcgan", "launcher=slurm"], "no GPU (launcher.gpus_per_node=0)", False),
+    ],
+)  # fmt: skip
+def test_a_slurm_dry_run_states_the_gpus_per_task_and_warns_an_snn_without_gpus(
+    tmp_path: Path, args: list[str], asks: str, warned: bool
+) -> None:
+    """Slurm grants no GPU unless launcher.gpus_per_node asks: the plan says what each job
+    asks for, and an SNN job asking none is warned that SpikingJelly's loop trains on CPUs
+    (a GAN on CPUs is MMGen's CPU path, asked for: no warning)."""
+    result = run_cli_in_process([*args, "dry_run=true"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (line,) = [ln for ln in result.stdout.splitlines() if "Slurm job:" in ln]
+    assert asks in line, line
+    warning = "warning: launcher.gpus_per_node=0: the job asks Slurm for no GPU"
+    assert (warning in result.stdout) is warned, result.stdout

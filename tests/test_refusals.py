@@ -19,7 +19,7 @@ CASES = [
     (["+topology.tensor_parallel=2"], "topology.tensor_parallel=2: not a key of topology=single; did you mean topology.tensor_parallel_size?"),
     (["+launcher.nodes=2"], "launcher.nodes=2: not a key of launcher=local"),
     (["+optimizer.momentum=0.9"], "optimizer.momentum=0.9: not an argument of AdamW"),
-    (["optimizer=sgd", "+optimizer.nesterv=true"], "optimizer.nesterv=True: not an argument of SGD; did you mean optimizer.nesterov?"),
+    (["optimizer=sgd", "+optimizer.nesterv=true"], "optimizer.nesterv=true: not an argument of SGD; did you mean optimizer.nesterov?"),
     (["trainer.scheduler=torch.optim.lr_scheduler.CosineAnnealingLR"], "trainer.scheduler_kwargs.T_max=null: required by CosineAnnealingLR"),
     (["trainer.scheduler=torch.optim.lr_scheduler.StepLR", "+trainer.scheduler_kwargs.step_sze=3"], "trainer.scheduler_kwargs.step_sze=3: not an argument of StepLR; did you mean trainer.scheduler_kwargs.step_size?"),
     (["+trainer.scheduler_kwargs.gamma=0.5"], "trainer.scheduler_kwargs={'gamma': 0.5}: {} without trainer.scheduler"),

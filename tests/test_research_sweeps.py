@@ -600,6 +600,6 @@ def test_a_search_that_would_not_wait_is_refused_before_anything_is_submitted(
     )
     assert result.returncode == 2, result.stderr[-2000:]
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith("error: invalid config: launcher.wait=False: a search chooses"), line
+    assert line.startswith("error: invalid config: launcher.wait=false: a search chooses"), line
     assert "use launcher.wait=true" in line
     assert not sweep_dir.exists() and not (tmp_path / "outputs").exists()

@@ -61,7 +61,7 @@ def test_single_run_completes_through_the_scheduler(slurm_cluster, tmp_path: Pat
     assert f"Slurm job {job} completed, {sweep / '0'}" in result.stdout
     # the submission says what the job asks for, and that an SNN job asking no GPU trains on CPUs
     assert "Slurm job: 1 node(s) x 1 task(s), no GPU (launcher.gpus_per_node=0)" in result.stdout
-    assert "warning: launcher.gpus_per_node=0: the job asks Slurm for no GPU" in result.stderr
+    assert "warning: launcher.gpus_per_node=0: the job asks Slurm for no GPU" in result.stdout
     assert Path(record["slurm"]["stdout"]).is_file()  # Slurm's log, found from the run dir
     assert (sweep / "0" / "checkpoints").is_dir() and (sweep / "0" / "metrics.jsonl").exists()
 

@@ -638,15 +638,15 @@ def test_export_of_a_sharded_run_is_one_state_dict_that_evaluates_to_its_numbers
 
 
 def _readme_loading_without_the_package(out: Path, model: Any, config: Any) -> None:
-    """README's snippet, as printed there, run in a fresh interpreter on the exported file:
-    its logits for seeded images are the package's own model's, and `experiments` was never
-    imported."""
+    """docs/checkpoints.md's snippet, as printed there, run in a fresh interpreter on the
+    exported file: its logits for seeded images are the package's own model's, and
+    `experiments` was never imported."""
     from spikingjelly.activation_based import functional
     from spikingjelly.activation_based.distributed.vision.execution import (
         _forward_classification,
     )
 
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "checkpoints.md").read_text()
     block = text.split("<!-- load-without-this-package -->\n```python\n", 1)[1]
     snippet = block.split("```", 1)[0].replace('"model.pt', f'"{out}')
     seeded = snippet.replace("images = torch.rand", "torch.manual_seed(0)\nimages = torch.rand")

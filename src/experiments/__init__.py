@@ -23,15 +23,21 @@ def _sweep_id() -> str:
     import re
     import sys
 
+    argv, flags = sys.argv[1:], []
+    for flag in ("--config-dir", "-cd"):  # a folder of the user's configs: in the hash only
+        while flag in argv[:-1]:
+            at = argv.index(flag)
+            flags += argv[at : at + 2]
+            argv = argv[:at] + argv[at + 2 :]
     words = sorted(
         a
-        for a in sys.argv[1:]
+        for a in argv
         if a not in ("-m", "--multirun")
         and not a.startswith(
             ("hydra.sweep.", "hydra/launcher", "dry_run=", "hydra.sweeper.n_trials=")
         )
     )
-    digest = hashlib.sha1("\0".join(words).encode()).hexdigest()[:8]
+    digest = hashlib.sha1("\0".join([*words, *flags]).encode()).hexdigest()[:8]
     # Only characters that need no quoting in a path or in a Hydra override.
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", "_".join(words))[:60].strip("_")
     return f"{slug}-{digest}" if slug else digest

@@ -24,11 +24,22 @@ class ConfigError(Exception):
 
 
 def describe(key: str, value: Any, expected: str) -> str:
-    """`invalid config: key=value: what is valid`, the value as the user writes it (null, not
-    None); a tool's flag (`--ema`) as the flag alone, or the flag and its value."""
+    """`invalid config: key=value: what is valid`, the value as the user writes it (null and
+    true/false, not None and True/False); a tool's flag (`--ema`) as the flag alone, or the
+    flag and its value."""
     if key.startswith("--"):
         return f"{key}{'' if value is None else f' {value}'}: {expected}"
-    return f"invalid config: {key}={'null' if value is None else repr(value)}: {expected}"
+    return f"invalid config: {key}={_as_written(value)}: {expected}"
+
+
+def _as_written(value: Any) -> str:
+    """A value as a Hydra override spells it: null, true/false; strings quoted (so a space or
+    an empty value shows)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
 
 
 class RunStopped(RuntimeError):

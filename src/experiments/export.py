@@ -33,7 +33,7 @@ PARSER = tool_cli.parser(
         "experiments-export GAN_RUN_DIR --no-ema      # the raw generator",
         "experiments-eval model.pt                    # evaluate the exported file",
     ],
-    "no readable checkpoint to export is bad input here too (exit 2)",
+    None,  # no readable checkpoint to export is bad input here (exit 2)
 )
 PARSER.add_argument(
     "target", metavar="RUN_DIR|CHECKPOINT", help="a run directory or a checkpoint in one"

@@ -12,19 +12,19 @@ import argparse
 
 EXIT_STATUS = """\
 exit status:
-  0  done
-  1  the work failed: {failed}
+  0  done{failed}
   2  bad input: an unknown flag or config key, a bad value, a path that is not a run (one
      line naming it), or no argument at all (this usage)"""
 
 
 def parser(
-    prog: str, description: str, examples: list[str], failed: str
+    prog: str, description: str, examples: list[str], failed: str | None
 ) -> argparse.ArgumentParser:
     """A tool's parser: `description` first, then its examples and what its exit statuses
-    mean (`failed`: when this tool exits 1)."""
+    mean (`failed`: when this tool exits 1; None for a tool that never does)."""
     epilog = "examples:\n" + "\n".join(f"  {line}" for line in examples)
-    epilog += "\n\n" + EXIT_STATUS.format(failed=failed)
+    one = f"\n  1  the work failed: {failed}" if failed else ""
+    epilog += "\n\n" + EXIT_STATUS.format(failed=one)
     return argparse.ArgumentParser(
         prog=prog,
         description=description,

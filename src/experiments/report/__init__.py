@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> None:
         "Writes <sweep dir>/report.md, report.csv and figures from the sweep's run directories\n"
         "alone, and prints the best point; for one run's directory, prints its summary.",
         [
-            "experiments-report multirun/2026-12-06/10-00-00",
+            "experiments-report outputs/multiruns/optimizer.lr_1e-3_3e-3-1a2b3c4d",
             "experiments-report outputs/runs/2026-12-06/10-00-00-000000   # one run",
         ],
         "a point of the sweep failed or was interrupted (the report is written all the same)",
