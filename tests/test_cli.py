@@ -140,3 +140,24 @@ def test_a_completed_runs_record_is_never_rewritten_except_by_an_extension(
     assert record["extensions"] == ["trainer.epochs: 1 -> 2", "trainer.max_steps: 4 -> 6"]
     assert record["resumes"] == 1 and record["resumed_from"].endswith("step_00000004")
     assert [r["step"] for r in read_jsonl(run_dir / "steps.jsonl")][-1] == 6
+
+
+@pytest.mark.parametrize(
+    "tool",
+    ["experiments.train", "experiments.evaluate", "experiments.export", "experiments.gan.sample",
+     "experiments.status", "experiments.report"],
+)  # fmt: skip
+def test_a_bare_call_of_every_tool_prints_its_usage_and_exits_2(
+    tool: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """One command-line style: a tool called with no argument trains, reads or writes
+    nothing; it prints its usage (on stderr, as argparse does) and exits 2."""
+    import importlib
+
+    main = importlib.import_module(tool).main
+    monkeypatch.setattr("sys.argv", [tool.rsplit(".", 1)[-1]])
+    with pytest.raises(SystemExit) as ended:
+        main()
+    said = capsys.readouterr()
+    assert ended.value.code == 2 and said.out == "", said
+    assert said.err.startswith("usage: experiments-"), said.err
