@@ -587,9 +587,12 @@ def test_killed_worker_on_one_node_restarts_both_nodes_and_resumes(
     agents = two_agents(run_dir, ["launcher.max_restarts=1"])
     deadline = time.time() + 240
     steps = run_dir / "steps.jsonl"
-    while not (steps.exists() and len(steps.read_text().splitlines()) >= 6):
+    # killed at step 6 or later, once step 4's checkpoint (written in the background while
+    # steps 5, 6, ... train) is whole: a fast machine reaches step 6 before it is
+    seal = run_dir / "checkpoints" / "step_00000004" / "pp_0000_tp_0000" / ".metadata"
+    while not (steps.exists() and len(steps.read_text().splitlines()) >= 6 and seal.is_file()):
         assert time.time() < deadline and all(a.poll() is None for a in agents)
-        time.sleep(0.1)
+        time.sleep(0.05)
     os.kill(processes.torchrun_worker(run_dir, "GROUP_RANK=1"), signal.SIGKILL)
     wait_all(agents, run_dir)
     record = summary(run_dir)

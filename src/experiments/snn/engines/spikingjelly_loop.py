@@ -58,7 +58,7 @@ import torch
 import torch.distributed as dist
 
 from experiments import collectives
-from experiments.run.record import STEPS, RunRecorder, append_jsonl
+from experiments.run.record import STEPS, RunRecorder, append_jsonl, no_space
 from experiments.run.stop import GracefulStop
 from experiments.snn.engines.spikingjelly_checkpoints import (
     BEST,
@@ -336,8 +336,13 @@ class Saves:
 
         def pending_full(error: BaseException) -> Exception | None:
             """The last step's save, still pending when the loop ends, is awaited by the
-            library's own clean-up (not through finish_checkpoint): its error maps here."""
-            if self.full is None and saving[0] is not None:
+            library's own clean-up (not through finish_checkpoint): its error maps here. Only
+            a save's own error (DCP's CheckpointException, or an ENOSPC/EDQUOT): any other
+            (a peer's lost connection) leaves every checkpoint where it is for the resume."""
+            from torch.distributed.checkpoint.api import CheckpointException
+
+            ours = isinstance(error, CheckpointException) or no_space(error) is not None
+            if self.full is None and saving[0] is not None and ours:
                 self.full = no_space_in_save(error, saving[0])
             return self.full
 
