@@ -218,6 +218,8 @@ def test_readme_slurm_examples_pass_their_dry_run_as_written(tmp_path: Path) -> 
             result = run_cli_in_process(args, cwd=tmp_path)
             assert result.returncode == 0, (shlex.join(args), result.stderr[-2000:])
             assert "#SBATCH --nodes=" in result.stdout
+            asks = [ln for ln in result.stdout.splitlines() if "Slurm job: " in ln]
+            assert asks and all("GPU per task (launcher.gpus_per_node=" in a for a in asks), asks
     assert _written(tmp_path) == []
 
 
@@ -234,31 +236,32 @@ def test_a_slurm_script_imports_its_code_snapshot_unless_snapshot_is_off(tmp_pat
     assert f"export EXPERIMENTS_SNAPSHOT={copy}" in shown["true"]
     assert f"export PYTHONPATH={copy / 'site'}" in shown["true"]
     assert "EXPERIMENTS_SNAPSHOT" not in shown["false"] and "#SBATCH" in shown["false"]
+    for printed in shown.values():  # an SNN job asking no GPU is told so
+        assert "no GPU (launcher.gpus_per_node=0)" in printed
+        assert "warning: launcher.gpus_per_node=0: the job asks Slurm for no GPU" in printed
     assert not (tmp_path / "sweep").exists()  # a dry run writes nothing
 
 
 @pytest.mark.parametrize(
-    ("args", "asks", "warned"),
+    ("launcher", "family", "asks", "warned"),
     [
-        (["launcher=slurm"], "1 node(s) x 1 task(s), no GPU (launcher.gpus_per_node=0)", True),
-        (
-            ["launcher=slurm", "launcher.nodes=2", "launcher.gpus_per_node=4",
-             "launcher.tasks_per_node=4", "topology=ddp"],
-            "2 node(s) x 4 task(s), 1 GPU per task (launcher.gpus_per_node=4)",
-            False,
-        ),
-        (["model=dcgan", "launcher=slurm"], "no GPU (launcher.gpus_per_node=0)", False),
+        ({"nodes": 1, "tasks_per_node": 1}, "snn",
+         "1 node(s) x 1 task(s), no GPU (launcher.gpus_per_node=0)", True),
+        ({"nodes": 2, "tasks_per_node": 4, "gpus_per_node": 4}, "snn",
+         "2 node(s) x 4 task(s), 1 GPU per task (launcher.gpus_per_node=4)", False),
+        ({"nodes": 1, "tasks_per_node": 1}, "gan", "no GPU (launcher.gpus_per_node=0)", False),
     ],
 )  # fmt: skip
-def test_a_slurm_dry_run_states_the_gpus_per_task_and_warns_an_snn_without_gpus(
-    tmp_path: Path, args: list[str], asks: str, warned: bool
+def test_a_slurm_plan_states_the_gpus_per_task_and_warns_an_snn_without_gpus(
+    launcher: dict, family: str, asks: str, warned: bool
 ) -> None:
     """Slurm grants no GPU unless launcher.gpus_per_node asks: the plan says what each job
     asks for, and an SNN job asking none is warned that SpikingJelly's loop trains on CPUs
-    (a GAN on CPUs is MMGen's CPU path, asked for: no warning)."""
-    result = run_cli_in_process([*args, "dry_run=true"], cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-2000:]
-    (line,) = [ln for ln in result.stdout.splitlines() if "Slurm job:" in ln]
-    assert asks in line, line
+    (a GAN on CPUs is MMGen's CPU path, asked for: no warning). The dry runs above print
+    these lines (the README's Slurm examples, and an SNN job asking no GPU)."""
+    from experiments.launchers.slurm import resources
+
+    lines = resources({"cpus_per_task": 2, "mem_gb": 8, "timeout_min": 60, **launcher}, family)
+    assert lines[0].startswith("Slurm job: ") and asks in lines[0], lines
     warning = "warning: launcher.gpus_per_node=0: the job asks Slurm for no GPU"
-    assert (warning in result.stdout) is warned, result.stdout
+    assert any(warning in line for line in lines[1:]) is warned, lines

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 
 from experiments.snn.engines.spikingjelly_checkpoints import read_shard
 
@@ -80,15 +81,34 @@ RECORD_DIRS = {"ddp_tp": "indices", "ddp4": "indices_ddp4"}
 MODEL_DIMS = {"depth": 18, "num_classes": 10, "image_size": 16, "time_steps": 2}
 
 
+# The 4-rank TP x DDP run takes its learning rate from a user's own experiment in a
+# `--config-dir` folder (docs/configuration.md): every torchrun rank must be handed the flag
+# (a rank without it cannot compose `experiment=mine`), and without the file's lr the run
+# would train at conf/optimizer/sgd.yaml's 0.1, off the DDP run it is compared with.
+USER_EXPERIMENT = """\
+# @package _global_
+optimizer:
+  lr: 0.05
+"""
+FROM_CONFIG_DIR = {"ddp_tp"}
+
+
 class Runs:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.done: dict[str, Path] = {}
+        self.stdout: dict[str, str] = {}
+        self.config_dir = root / "myconf"
+        (self.config_dir / "experiment").mkdir(parents=True, exist_ok=True)
+        (self.config_dir / "experiment" / "mine.yaml").write_text(USER_EXPERIMENT)
 
     def get(self, name: str, args: list[str] | None = None) -> Path:
         if name not in self.done:
             run_dir = self.root / name
             overrides = args if args is not None else [*COMMON, *RUNS[name]]
+            if args is None and name in FROM_CONFIG_DIR:
+                overrides = [a for a in overrides if not a.startswith("optimizer.lr=")]
+                overrides = ["--config-dir", str(self.config_dir), "experiment=mine", *overrides]
             if name in RECORD_DIRS:  # the same data, with each rank's sample indices recorded
                 overrides = [*overrides, *self.recorded(name)]
             result = run_cli(
@@ -99,6 +119,7 @@ class Runs:
             )
             assert result.returncode == 0, f"{name}:\n{result.stderr[-4000:]}"
             self.done[name] = run_dir
+            self.stdout[name] = result.stdout
         return self.done[name]
 
     def recorded(self, name: str) -> list[str]:
@@ -218,6 +239,19 @@ def test_channel_tp_matches_single_process_and_really_shards(runs: Runs) -> None
     full_count = runs.summary("tp")["parameters"]
     for rank in placements(runs, "tp"):
         assert rank["parameters_local"] < 0.6 * full_count, rank
+
+
+def test_an_experiment_in_a_config_dir_reaches_every_rank_without_a_reinstall(runs: Runs) -> None:
+    """The 4 ranks of the TP x DDP run composed `experiment=mine` from the user's folder (its
+    lr held: test_tp_times_ddp... compares the run with DDP at 0.05), the record keeps the
+    flag, and the command printed to resume the run repeats it."""
+    summary = runs.summary("ddp_tp")
+    assert (summary["status"], summary["world_size"]) == ("completed", 4)
+    config = yaml.safe_load((runs.get("ddp_tp") / ".hydra" / "config.yaml").read_text())
+    assert config["optimizer"]["lr"] == 0.05  # the user's, not sgd.yaml's 0.1
+    flag = f"--config-dir {runs.config_dir} experiment=mine"
+    assert flag in summary["resume_command"], summary["resume_command"]
+    assert f"--config-dir {runs.config_dir}" in runs.stdout["ddp_tp"].splitlines()[0]
 
 
 def test_fsdp2_matches_ddp_and_shards_parameters_over_dp(runs: Runs) -> None:
