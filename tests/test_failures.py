@@ -83,3 +83,34 @@ def test_records_are_whole_json_files(tmp_path: Path, slurm_attempt) -> None:
     (path,) = (tmp_path / failures.FOLDER).iterdir()  # no temporary left behind
     record = json.loads(path.read_text())
     assert (path.name, record["attempt"], record["logs"]) == ("rank_4.json", "slurm:3:0", ["a.log"])
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_torchruns_own_report_names_the_failed_rank_with_its_traceback(tmp_path: Path) -> None:
+    """Rank 1 of a 2-rank torchrun run fails before it joins the process group, where rank 0
+    waits for it. torch elastic's @record (train.py) writes rank 1's exception to the error
+    file torchrun gave it, so torchrun's own failure report names it as the root cause with
+    its traceback (without @record the report says `error_file: <N/A>`), and the run's
+    summary names rank 1 (our failure record, which multi-node and Slurm runs need)."""
+    from .conftest import on_python_path, run_cli
+
+    run_dir = tmp_path / "run"
+    args = ["data=synthetic", "data.train_size=32", "data.val_size=16", "model.time_steps=2"]
+    args += ["topology=ddp", "launcher=torchrun", "launcher.nproc_per_node=2"]
+    site = str(Path(__file__).parent / "support" / "site")  # test-only fault injection
+    result = run_cli(
+        [*args, f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        timeout=180,
+        env={"PYTHONPATH": on_python_path(site), "EXPERIMENTS_TEST_FAIL_RANK": "1"},
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    report = result.stderr[result.stderr.index("Root Cause (first observed failure):") :]
+    assert "rank      : 1 (local_rank: 1)" in report, report
+    assert "error_file: <N/A>" not in report, report
+    assert "RuntimeError: injected failure on rank 1" in report, report
+    assert "Traceback" in report and "init_process_group" in report, report
+    record = json.loads((run_dir / "summary.json").read_text())
+    assert record["status"] == "failed", record
+    assert "rank 1 on " in record["error"] and "injected failure on rank 1" in record["error"]

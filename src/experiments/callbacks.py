@@ -20,9 +20,10 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from experiments import distributed_env, launchers
+from experiments import distributed_env
 from experiments.composition import sweep_points
 from experiments.errors import ConfigError
+from experiments.launchers import sweep
 from experiments.run.record import COMMAND_ENV, user_command
 
 # Set once Hydra composed the config: an exit status 1 before that is a composition error.
@@ -244,7 +245,7 @@ def _hold_sweep(config: DictConfig) -> None:
     from experiments.run import lock
 
     lock.hold(Path(config.hydra.sweep.dir), lock.SWEEP_LOCK)
-    launchers.sweep_login_catches_ctrl_c(config)
+    sweep.login_catches_ctrl_c(config)
 
 
 def stop_sweep(hydra_cfg: Any) -> None:
@@ -306,8 +307,8 @@ class ExperimentsCallback(Callback):
         from experiments.report import format_outcome, format_run_outcome, write_report
 
         sweep_dir = Path(config.hydra.sweep.dir)
-        if launchers.submits_without_waiting(config):
-            print(launchers.how_to_follow(sweep_dir))
+        if sweep.submits_without_waiting(config):
+            print(sweep.how_to_follow(sweep_dir))
             return
         outcome = write_report(sweep_dir)
         single = outcome["points"] == 1 and not asked_for_sweep()  # e.g. launcher=slurm
@@ -341,9 +342,9 @@ class ExperimentsCallback(Callback):
         os.environ.setdefault(COMMAND_ENV, user_command())
         points = sweep_points(config)
         if points is None:  # e.g. Optuna: it picks points while it runs
-            launchers.refuse_search_without_waiting(config)  # (one line, exit 2: the decorator)
+            sweep.refuse_search_without_waiting(config)  # (one line, exit 2: the decorator)
         if not config.dry_run:
-            launchers.before_sweep_submission(config)  # Slurm: no sbatch is one line, no file
+            sweep.before_submission(config)  # Slurm: no sbatch is one line, no file
         if points is None:
             _start_search(config)
             return
@@ -365,7 +366,7 @@ class ExperimentsCallback(Callback):
             except Exception as error:  # e.g. an unknown key in one point's overrides
                 plans.append(None)
                 refusals.append((number, f"{type(error).__name__}: {_first_line(error)}"))
-        launchers.plan_sweep_launch(config, plans)  # Slurm: the points as one job array
+        sweep.plan_launch(config, plans)  # Slurm: the points as one job array
         if config.dry_run in (True, "true") and swept:
             _print(_verdict_lines(points, plans))
         for number, message in refusals:
@@ -436,5 +437,7 @@ class ExperimentsCallback(Callback):
         # Before Hydra makes the directory or writes .hydra/: a second run is refused here,
         # having written nothing (run/lock.py). Multi-node torchrun: every node's launching
         # process runs this command; they share one token and join one another.
-        lock.hold(plan.run_dir, shared=launchers.launch_token(plan))
+        from experiments.launchers import torchrun
+
+        lock.hold(plan.run_dir, shared=torchrun.launch_token(plan))
         lock.check_readable(plan.run_dir)

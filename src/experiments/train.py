@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from experiments import callbacks, distributed_env, families, launchers, loggers
 from experiments.callbacks import print_config_error
 from experiments.errors import ConfigError, RunStopped
+from experiments.launchers import children, slurm
 from experiments.plan import build_plan, objective_value
 from experiments.run import failures, lock
 from experiments.run.checkpoint import CheckpointError
@@ -58,6 +59,8 @@ def app(cfg: DictConfig) -> float | None:
         )
         sys.exit(ConfigError.exit_code)
     launchers.prepare_process()  # a Slurm task's ranks; a local sweep point's Ctrl-C
+    from experiments.launchers import local  # (imports torch: after the dry run's exit)
+
     sweep_login = hydra_cfg.mode == RunMode.MULTIRUN and not (
         distributed_env.is_worker() or distributed_env.in_slurm_job()
     )
@@ -66,7 +69,7 @@ def app(cfg: DictConfig) -> float | None:
         # One writer per run directory (run/lock.py): a single run took it before Hydra made
         # the directory (callbacks.on_run_start); a local sweep's login holds its point's for
         # the point's process, which joins it; a Slurm task joins its job's.
-        if sweep_login and launchers.ctrl_c_received():
+        if sweep_login and local.ctrl_c_received():
             callbacks.stop_sweep(hydra_cfg)  # Ctrl-C between points: start no other one
         lock.hold(Path(hydra_cfg.runtime.output_dir))
         lock.check_readable(Path(hydra_cfg.runtime.output_dir))  # a newer version's: refused
@@ -79,7 +82,7 @@ def app(cfg: DictConfig) -> float | None:
             logger=_container(cfg.get("logger")),
             config=OmegaConf.to_container(cfg, resolve=True),
         )
-        if sweep_login and launchers.ctrl_c_received():
+        if sweep_login and local.ctrl_c_received():
             callbacks.stop_sweep(hydra_cfg)  # the point stopped (or ended): no further one
         return value
     except lock.RunDirRefused as error:  # another run's or version's: write nothing into it
@@ -103,7 +106,7 @@ def app(cfg: DictConfig) -> float | None:
             # for it in the rendezvous): their watchdogs read this and stop them at once.
             rank = distributed_env.rank()
             text = f"{type(error).__name__}: {error}"
-            failures.write(run_dir, rank, text, launchers.rank_logs(run_dir, rank))
+            failures.write(run_dir, rank, text, children.rank_logs(run_dir, rank))
         if distributed_env.rank() != 0:
             raise  # a rank of a multi-rank Slurm job: its task fails; rank 0 records the run
         # A sweep goes on past a failed point: it is recorded in its run directory (and the
@@ -168,7 +171,7 @@ def _record_crash(plan: Any, recorder: RunRecorder, rank: int, error: BaseExcept
     log.error("run failed:\n%s", traceback.format_exc())
     text = f"{type(error).__name__}: {error}"
     if plan.dims.world_size > 1 and failures.attempt() is not None:
-        own = failures.write(plan.run_dir, rank, text, launchers.rank_logs(plan.run_dir, rank))
+        own = failures.write(plan.run_dir, rank, text, children.rank_logs(plan.run_dir, rank))
         if recorder.enabled:
             finish_failed(recorder, failures.wait_for_cause(plan.run_dir, own))
     else:
@@ -237,14 +240,14 @@ def _run(
         print(resume_line, flush=True)
     # what every process of the run inherits (SpikingJelly's neuron-kernel pin: snn/neurons.py)
     os.environ.update(getattr(plan, "process_environment", {}))
-    child = launchers.child_command(plan)
+    child = children.child_command(plan)
     if child is not None:  # torchrun's ranks, a local sweep's point: they record the run
-        return launchers.launch_children(plan, child, warm_points)
+        return children.launch(plan, child, warm_points)
     family = families.for_engine(plan.engine)
     rank = distributed_env.rank()
     recorder = RunRecorder(
         plan.run_dir,
-        start_summary(plan, cwd, previous, launchers.job_record()),
+        start_summary(plan, cwd, previous, slurm.job_record()),
         enabled=rank == 0,
     )
     recorder.start()
@@ -358,4 +361,11 @@ def _worker_exits_without_teardown() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # A rank torchrun started (launchers/torchrun.py runs `-m experiments.train`; so does a
+    # local sweep's point): torch elastic's @record writes an exception that ends the rank to
+    # the error file torchrun gives it, so torchrun's own failure report names the root cause
+    # with its traceback (torchrun.ENVIRONMENT lets the exception reach it past Hydra). Where
+    # no torchrun set an error file (a sweep point) it records nothing.
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    record(main)()

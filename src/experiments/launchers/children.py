@@ -96,7 +96,7 @@ def rank_logs(run_dir: Any, rank: int) -> list[str]:
     if distributed_env.in_slurm_job():
         from experiments.launchers import slurm
 
-        stderr = slurm.job_record().get("stderr")
+        stderr = (slurm.job_record() or {}).get("stderr")
         if stderr:
             logs.append(stderr)
     return logs

@@ -294,8 +294,13 @@ def _threads_per_task() -> None:
     torch.set_num_threads(int(cpus))
 
 
-def job_record() -> dict[str, Any]:
-    """Where this task's Slurm job is: ids, restarts, and its stdout/stderr files."""
+def job_record() -> dict[str, Any] | None:
+    """Where this task's Slurm job is, for summary.json: ids, restarts, and its stdout/stderr
+    files; None outside a Slurm job."""
+    from experiments import distributed_env
+
+    if not distributed_env.in_slurm_job():
+        return None
     record: dict[str, Any] = {
         "job_id": os.environ.get("SLURM_JOB_ID"),
         "array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID"),
