@@ -1,6 +1,6 @@
 """What the spike and energy measurement costs (issue "What SNN papers report"): the main job
 (`experiment=digits_sew_resnet18`, `logger=none`) with the measurement at its default
-(trainer.spikes.images=auto: 64 validation images at each of its 4 evaluations) vs. off
+(trainer.spikes.images=auto: 32 validation images at each of its 4 evaluations) vs. off
 (trainer.spikes.images=0), alternated (A B, B A, ...); wall time of the run (summary.json
 wall_time_s) and its peak memory (peak_memory_mb: the process's peak RSS on CPU).
 Target: with / without <= 1.05.

@@ -158,7 +158,7 @@ def test_every_combination_plans_or_is_refused_naming_the_pinned_key(
         ) == (pp, tp)
         assert plan.global_batch == plan.training_config.batch_size * dp
         # the spike and energy measurement is planned for every SNN model, an equal share a rank
-        assert plan.spikes.active and plan.spikes.images >= 64
+        assert plan.spikes.active and plan.spikes.images >= 32
         assert plan.spikes.images % dp == 0
 
 

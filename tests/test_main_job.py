@@ -135,7 +135,7 @@ def test_the_main_job_writes_the_run_directory_contract(main_job: MainJob) -> No
 @pytest.mark.slow
 def test_the_main_job_measures_spikes_and_energy_at_every_evaluation(main_job: MainJob) -> None:
     """What SNN papers report, read on the main job's run: per layer and evaluation its firing
-    rate, silent and saturated fractions on the same 64 validation images; the network's
+    rate, silent and saturated fractions on the same 32 validation images; the network's
     mean rate, synaptic operations, MACs and energy per image from SpikingJelly's energy model
     with its cost constants; in spikes.json, metrics.jsonl, summary.json, the completed
     lines, TensorBoard (a scalar per layer, a histogram) and spikes.png."""
@@ -145,12 +145,12 @@ def test_the_main_job_measures_spikes_and_energy_at_every_evaluation(main_job: M
     record = json.loads((run_dir / "spikes.json").read_text())
     assert record["cost_constants_pj"]["e_mac_pj"] == 4.6
     assert record["cost_constants_pj"]["e_ac_pj"] == 0.9
-    assert record["slice"] == {"images": 64, "seed": 0}
+    assert record["slice"] == {"images": 32, "seed": 0}
     evaluations = record["evaluations"]
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     assert [e["step"] for e in evaluations] == [m["step"] for m in metrics] == [45, 90, 135, 180]
     for evaluation, epoch in zip(evaluations, metrics, strict=True):
-        assert evaluation["images"] == 64
+        assert evaluation["images"] == 32
         layers = evaluation["layers"]
         assert len(layers) == 20 and layers[0]["layer"] == "sn1"  # SEW-ResNet18's LIF layers
         assert all(0 <= layer["silent"] <= 1 and 0 <= layer["saturated"] <= 1 for layer in layers)

@@ -68,13 +68,13 @@ def test_spike_settings_are_checked_before_launch(overrides: list[str], key: str
     assert refused.value.key == key and said in str(refused.value), str(refused.value)
 
 
-def test_auto_is_64_images_rounded_to_what_the_topology_divides() -> None:
-    assert plan_for(["data=synthetic"]).spikes.images == 64
+def test_auto_is_32_images_rounded_to_what_the_topology_divides() -> None:
+    assert plan_for(["data=synthetic"]).spikes.images == 32
     pp = ["topology=pp", "launcher=torchrun", "launcher.nproc_per_node=2", "trainer.batch_size=48"]
-    assert plan_for(["data=synthetic", "data.val_size=96", *pp]).spikes.images == 96
+    assert plan_for(["data=synthetic", "data.val_size=96", *pp]).spikes.images == 48
     assert not plan_for(["data=synthetic", "trainer.spikes.images=0"]).spikes.active
     assert (
-        "spikes     64 validation images each evaluation" in plan_for(["data=synthetic"]).as_text()
+        "spikes     32 validation images each evaluation" in plan_for(["data=synthetic"]).as_text()
     )
 
 

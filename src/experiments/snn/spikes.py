@@ -48,7 +48,11 @@ MEMORY_BYTES = ("weight_read_bytes", "bias_read_bytes", "neuron_state_read_bytes
                 "neuron_state_write_bytes")  # fmt: skip
 
 
-DEFAULT_IMAGES = 64  # `auto`: the slice's size (rounded up to what the topology divides)
+# `auto`: the slice's size (rounded up to what the topology divides). 32, not 64: SpikingJelly's
+# op counter costs 0.24 s a measurement on 32 digits images against 0.31 s on 64 (the main job
+# measures 4 times), and the main job's firing rate on either is within 2.2 % of the rate on
+# 320 images (0.0600 and 0.0575 against 0.0588; energy per image the same to 4 digits).
+DEFAULT_IMAGES = 32
 
 
 @dataclass(frozen=True)
