@@ -162,3 +162,38 @@ def test_warm_points_fork_from_one_process_and_a_crash_fails_only_its_point(
         [r["loss"] for r in read_jsonl(d / "steps.jsonl")] for d in (sweep / "0", sweep / "2", cold)
     ]
     assert losses[0] == losses[1] == losses[2] and len(losses[0]) == 1
+
+
+@pytest.mark.slow
+def test_a_killed_sweep_login_stops_its_warm_point_after_a_checkpoint(tmp_path: Path) -> None:
+    """SIGKILL the login of a local sweep while its first point trains in a fork of the
+    warm process (the stdlib forkserver): the server ends with the login and the point with
+    the server (SIGTERM: a checkpoint, `interrupted`), within seconds, leaving no process of
+    the sweep behind (a point holding the server's "alive" pipe would train on, unwatched,
+    and keep its directory locked)."""
+    import signal
+    import time
+
+    from .conftest import CLI, cli_env
+    from .support import processes
+
+    sweep = tmp_path / "sweep"
+    args = ["-m", "data=synthetic", "data.train_size=256", "data.val_size=32"]
+    args += ["model.time_steps=2", "trainer.batch_size=8", "trainer.epochs=3", "seed=1,2"]
+    args += ["logger=none", "trainer.spikes.guard=null", f"hydra.sweep.dir={sweep}"]
+    with open(tmp_path / "login.err", "w") as stderr:
+        login = processes.spawn([CLI, *args], cwd=tmp_path, env=cli_env(), stderr=stderr)
+    deadline = time.time() + 120
+    while not (sweep / "0" / "steps.jsonl").exists():
+        assert time.time() < deadline and login.poll() is None, (tmp_path / "login.err").read_text()
+        time.sleep(0.2)
+    assert len(processes.tagged_pids(login.tag)) >= 3  # the login, the server, the point
+    login.send_signal(signal.SIGKILL)
+    login.wait()
+    deadline = time.time() + 60
+    while processes.tagged_pids(login.tag):
+        assert time.time() < deadline, "the warm server or its point outlived the login"
+        time.sleep(0.2)
+    summary = json.loads((sweep / "0" / "summary.json").read_text())
+    assert summary["status"] == "interrupted", summary
+    assert not (sweep / "1").exists()  # nothing started after the login died

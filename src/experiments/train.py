@@ -361,11 +361,15 @@ def _worker_exits_without_teardown() -> None:
 
 
 if __name__ == "__main__":
-    # A rank torchrun started (launchers/torchrun.py runs `-m experiments.train`; so does a
-    # local sweep's point): torch elastic's @record writes an exception that ends the rank to
-    # the error file torchrun gives it, so torchrun's own failure report names the root cause
-    # with its traceback (torchrun.ENVIRONMENT lets the exception reach it past Hydra). Where
-    # no torchrun set an error file (a sweep point) it records nothing.
-    from torch.distributed.elastic.multiprocessing.errors import record
+    if os.environ.get("TORCHELASTIC_ERROR_FILE"):
+        # A rank torchrun started (launchers/torchrun.py runs `-m experiments.train`; so
+        # does a user's own torchrun): torch elastic's @record writes an exception that ends
+        # the rank to the error file torchrun gave it, so torchrun's own failure report names
+        # the root cause with its traceback. HYDRA_FULL_ERROR lets the exception through
+        # Hydra, which would otherwise print it and exit 1 before @record sees it.
+        from torch.distributed.elastic.multiprocessing.errors import record
 
-    record(main)()
+        os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+        record(main)()
+    else:
+        main()

@@ -60,10 +60,11 @@ def launch(plan: Any, command: list[str], warm_points: bool = False) -> float | 
     failures.clear(plan.run_dir)  # an earlier launch's failed ranks are not this one's
     from experiments.launchers import warm_points as warm
 
+    returncode = None
     if warm_points and warm.available() and command[1:3] == ["-m", "experiments.train"]:
         argv = ["experiments-train", *command[3:]]
         returncode = warm.run_point(plan.engine, argv, env, os.getcwd())
-    else:
+    if returncode is None:  # cold: torchrun, warm points off, or no warm server
         returncode = subprocess.run(command, env=env, check=False).returncode
     summary = read_summary(plan.run_dir) or {}
     from experiments.launchers import local

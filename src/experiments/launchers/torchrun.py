@@ -13,10 +13,8 @@ from experiments.launchers.child import run_dir_overrides
 from experiments.validation import integer, positive_number
 
 # For torchrun itself: a rendezvous store per restart round instead of one shared by all rounds
-# (see distributed_env.init_process_group for why). For its ranks: an exception that ends one
-# leaves Hydra's app raised, not printed and turned into exit 1, so torch elastic's @record
-# (train.py) writes it where torchrun's failure report reads the root cause.
-ENVIRONMENT = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "HYDRA_FULL_ERROR": "1"}
+# (see distributed_env.init_process_group for why).
+ENVIRONMENT = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
 def world_size(launcher: dict) -> int:

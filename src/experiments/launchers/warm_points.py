@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import signal
 import sys
+from multiprocessing import forkserver
 from typing import Any
 
 # Set in each forked point to the warm process's pid; the run records it (summary.json).
@@ -55,20 +56,33 @@ def available() -> bool:
 _server: Any = None  # the forkserver context, its preload set on first use
 
 
-def run_point(engine: str, argv: list[str], env: dict[str, str], cwd: str) -> int:
+def run_point(engine: str, argv: list[str], env: dict[str, str], cwd: str) -> int | None:
     """Run one point in a fork of this sweep's warm process: multiprocessing's forkserver,
     started on first use with the engine's modules preloaded (`set_forkserver_preload`). Its
     exit status is what `subprocess.run(...).returncode` would give (a signal: minus its
-    number). The forkserver ignores Ctrl-C (the point handles it) and ends with this
-    process."""
+    number); None when the server cannot start it (it died: e.g. a preloaded module raised
+    something other than ImportError), and the caller runs the point cold, where its own
+    error is reported."""
     global _server
     if _server is None:
         _server = multiprocessing.get_context("forkserver")
         _server.set_forkserver_preload([m for m in modules_for(engine) if m])
+        # Started with Ctrl-C ignored (kept across exec; Python keeps an ignored SIGINT):
+        # the stdlib server ignores it only once its imports are done, and a Ctrl-C before
+        # that would kill it. Each point installs its own handler.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            forkserver.ensure_running()
+        finally:
+            signal.signal(signal.SIGINT, previous)
     point = _server.Process(
         target=_point, args=({"argv": argv, "env": env, "cwd": cwd},), name="sweep-point"
     )
-    point.start()
+    try:
+        point.start()
+    except (EOFError, OSError) as error:
+        print(f"warm sweep worker unavailable ({error!r}); this point runs cold", file=sys.stderr)
+        return None
     point.join()
     return 1 if point.exitcode is None else int(point.exitcode)
 
@@ -77,9 +91,17 @@ def _point(request: dict[str, Any]) -> None:
     """In the forked child: become `experiments-train <argv>` and exit with its status."""
     code = 1
     try:
+        # The server ends when the sweep's login does (its "alive" pipe closes) and then
+        # this point with it (_die_with_parent): unless the point holds a copy of that pipe,
+        # which the stdlib hands every child.
+        with contextlib.suppress(OSError, TypeError):
+            os.close(forkserver._forkserver._forkserver_alive_fd)
         _die_with_parent()
         if os.getppid() == 1:  # the warm process died between fork and prctl
             os._exit(1)
+        # DataLoader workers of this point start as a cold run's do (the platform's default
+        # method, fork on Linux), not by the forkserver this process was started from.
+        multiprocessing.set_start_method(None, force=True)
         # Until the point's own handler (launchers/local.py point_stops_on_ctrl_c) is set.
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.environ.clear()
