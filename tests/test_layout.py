@@ -201,3 +201,33 @@ def test_architecture_md_names_only_files_that_exist() -> None:
         and not ("/" not in name and any(PACKAGE.rglob(name)))  # a bare name in its package's row
     ]
     assert not missing, missing
+
+
+def long_functions(source: str, limit: int = 80) -> list[tuple[str, int]]:
+    """Every function (method, nested function) of `source` longer than `limit` lines, with
+    its decorators and docstring counted: the length a reader scrolls through."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            if node.end_lineno - first + 1 > limit:
+                found.append((node.name, node.end_lineno - first + 1))
+    return found
+
+
+def test_no_function_in_the_package_is_longer_than_80_lines() -> None:
+    """A function a reader cannot see at once hides a second one (issue #51 found ten, one a
+    class defined inside a function). Split it where the second one starts."""
+    too_long = {
+        str(path.relative_to(SRC)): found
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (found := long_functions(path.read_text(encoding="utf-8")))
+    }
+    assert not too_long, too_long
+
+    def body(lines: int, indent: str) -> str:
+        return "\n".join(f"{indent}x = {i}" for i in range(lines))
+
+    method = f"class A:\n    @staticmethod\n    def f():\n{body(80, ' ' * 8)}\n"
+    assert long_functions(method) == [("f", 82)]  # the decorator, the def line and 80 more
+    assert long_functions(f"def f():\n{body(79, ' ' * 4)}\n") == []
