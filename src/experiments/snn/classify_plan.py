@@ -1,14 +1,9 @@
 """`trainer=classify`, planning side: the classic Trainer's keys, what it can run, its
 command line (parsed by its own `get_args_parser()`), and where its checkpoints lie.
 
-Apart from the engine (`snn/engines/classify.py`) because planning must not import it: the
-engine imports SpikingJelly's `train_classify` Trainer and torch's training machinery, which a
-plan (and `--dry-run`, status, evaluation's checkpoint look-up) must not pay for. The engine
-imports what it needs from here. `parse_arguments` and `_torch_load` import the library and
-torch lazily, inside the function.
-
-Checkpoints are the Trainer's own: `<run>/checkpoints/pt/classify/checkpoint_latest.pth`
-(+ `checkpoint_<epoch>.pth`, `checkpoint_max_test_acc1.pth`); `load_checkpoint` reads one.
+Apart from the engine (`snn/engines/classify.py`) because a plan (and `--dry-run`, status,
+evaluation's checkpoint look-up) must not pay for importing SpikingJelly's Trainer and
+torch's training machinery: the library and torch are imported lazily, inside functions.
 """
 
 from __future__ import annotations

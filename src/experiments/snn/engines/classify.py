@@ -1,31 +1,13 @@
 """`trainer=classify`: SpikingJelly's classic `train_classify.Trainer` as the second SNN engine.
 
-SpikingJelly's training guide keeps two surfaces apart: `distributed.vision` (the topology
-contracts; our default engines) and the torchvision-reference `Trainer` "for quick
-single-node or legacy DDP image training", customised by subclassing. This module is that
-subclass, and nothing more than the seams it offers:
+A subclass using only the seams the Trainer offers (its argument parser, `load_ImageNet`,
+`load_model`, `set_optimizer`, the `preprocess_*`/`process_model_output` hooks,
+`train_one_epoch`/`evaluate`); docs/engines.md lists what each does.
 
-- its arguments come from its own `get_args_parser()`, filled from our groups (planning
-  parses them in `snn/classify_plan.py`, so a value it would reject is refused before launch);
-- `load_ImageNet` is replaced by our data group's builder, `load_model` builds the model from
-  the composed ModelConfig's builder as SpikingJelly's loop does, `set_optimizer` builds
-  our optimizer group's class;
-- `preprocess_*_sample` make the time dimension ([N,C,H,W] repeated T times, or an
-  [N,T,C,H,W] sequence moved time-first), `process_model_output` reads out the mean over T;
-- `train_one_epoch` / `evaluate` call the library's and record what they return; after each
-  evaluation the spike and energy measurement runs on the slice through the same forward
-  (`engines/spikingjelly_spikes.py`, as in SpikingJelly's loop).
-
-On CPU ranks its DDP path needs two things it hard-codes for CUDA (NCCL in
-`utils.init_distributed_mode`, `device_ids=[args.gpu]`): both are swapped for the duration
-of `Trainer.main` in this process only (`_distributed_init`, `_cpu_ranks`), never on disk. On
-every device a process that our launcher did not start as a rank runs alone, even inside a
-Slurm allocation (`_distributed_init`).
-
-Checkpoints are the Trainer's own: `<run>/checkpoints/pt/classify/checkpoint_latest.pth`
-(+ `checkpoint_<epoch>.pth`, `checkpoint_max_test_acc1.pth`), each written atomically
-(`_atomic_saves`: a full disk never cuts the previous one short); `classify_plan.load_checkpoint`
-reads one.
+On CPU ranks its DDP path hard-codes CUDA (NCCL in `utils.init_distributed_mode`,
+`device_ids=[args.gpu]`): both are swapped while `Trainer.main` runs in this process only
+(`_distributed_init`, `_cpu_ranks`). Its checkpoints are written atomically (`_atomic_saves`)
+so a full disk never cuts the previous one short.
 """
 
 from __future__ import annotations
@@ -146,16 +128,10 @@ def _atomic_saves() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _distributed_init(device: str) -> Iterator[None]:
-    """The Trainer's `utils.init_distributed_mode`, on every device, minus its Slurm guess.
-
-    Our launchers export RANK and WORLD_SIZE to every rank of a multi-process run (torchrun;
-    Slurm tasks through submitit's TorchDistributedEnvironment). Without them this process is
-    the whole run (launcher=local), but inside a Slurm allocation (a `salloc` shell, an sbatch
-    script) SLURM_PROCID is set, and the library then takes itself for rank SLURM_PROCID of a
-    distributed run: it initialises NCCL through env:// without MASTER_ADDR (on CUDA) or
-    divides by torch.cuda.device_count() == 0 (on CPU). Here such a process runs alone, as the
-    library does outside Slurm. With RANK set: the library's own set-up on CUDA (NCCL), gloo
-    without a CUDA device on CPU ranks."""
+    """The Trainer's `utils.init_distributed_mode` minus its Slurm guess: our launchers export
+    RANK to every rank, and without it the library would take SLURM_PROCID (set in a `salloc`
+    shell) for a rank of a distributed run and fail (NCCL without MASTER_ADDR on CUDA, a
+    division by a CUDA device count of 0 on CPU)."""
     import torch.distributed as dist
     from spikingjelly.activation_based.examples.common.tv_ref_classify import utils
 

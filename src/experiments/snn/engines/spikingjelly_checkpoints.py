@@ -39,12 +39,8 @@ def shard_folder(pp_rank: int, tp_rank: int) -> str:
 
 
 def torn_reason(path: Path, shards: int | None = None) -> str | None:
-    """Why a `step_N/` folder is not a complete SpikingJelly checkpoint (None: complete).
-
-    The library writes config.json before `dcp.async_save` starts; DCP writes `.metadata`
-    last, after every data file. Complete = config.json and `.metadata` in each of the
-    `shards` (pp x tp) folders: as many as its own recipe says when not given (a checkpoint
-    of another topology is complete as written)."""
+    """Why a `step_N/` folder is not a complete checkpoint (None: complete). The library
+    writes config.json before `dcp.async_save` starts, and DCP writes `.metadata` last."""
     if not (path / "config.json").is_file():
         return "no config.json"
     if shards is None:
