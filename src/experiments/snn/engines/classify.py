@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
 import os
 import shutil
@@ -22,6 +23,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from unittest import mock
 
 from experiments import collectives
 from experiments.run.early_stopping import Monitor, Verdict
@@ -95,16 +97,12 @@ def _library_patches(device: str) -> Iterator[None]:
         _multistep_sync_bn(),
         _distributed_init(device),
         _atomic_saves(),
+        _cpu_ranks() if device == "cpu" else contextlib.nullcontext(),
     ):
-        if device != "cpu":
-            yield
-            return
-        with _cpu_ranks():
-            yield
+        yield
 
 
-@contextlib.contextmanager
-def _atomic_saves() -> Iterator[None]:
+def _atomic_saves() -> contextlib.AbstractContextManager[Any]:
     """The Trainer's `utils.save_on_master` torch.saves in place: a full disk or quota mid-write
     leaves checkpoint_latest.pth cut short, and that is the file the next resume reads. Here
     the main process writes each one through `write_torch_atomic` (a temporary, fsync, rename;
@@ -113,21 +111,14 @@ def _atomic_saves() -> Iterator[None]:
 
     from experiments.run.record import write_torch_atomic
 
-    original_save = utils.save_on_master
-
     def save_on_master(state: Any, path: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
         if utils.is_main_process():
             write_torch_atomic(state, Path(path))
 
-    utils.save_on_master = save_on_master
-    try:
-        yield
-    finally:
-        utils.save_on_master = original_save
+    return mock.patch.object(utils, "save_on_master", save_on_master)
 
 
-@contextlib.contextmanager
-def _distributed_init(device: str) -> Iterator[None]:
+def _distributed_init(device: str) -> contextlib.AbstractContextManager[Any]:
     """The Trainer's `utils.init_distributed_mode` minus its Slurm guess: our launchers export
     RANK to every rank, and without it the library would take SLURM_PROCID (set in a `salloc`
     shell) for a rank of a distributed run and fail (NCCL without MASTER_ADDR on CUDA, a
@@ -153,15 +144,10 @@ def _distributed_init(device: str) -> Iterator[None]:
             backend="gloo", init_method=args.dist_url, world_size=args.world_size, rank=args.rank
         )
 
-    utils.init_distributed_mode = init_distributed_mode
-    try:
-        yield
-    finally:
-        utils.init_distributed_mode = original_init
+    return mock.patch.object(utils, "init_distributed_mode", init_distributed_mode)
 
 
-@contextlib.contextmanager
-def _multistep_sync_bn() -> Iterator[None]:
+def _multistep_sync_bn() -> contextlib.AbstractContextManager[Any]:
     """--sync-bn: torch's convert_sync_batchnorm replaces SpikingJelly's multi-step
     BatchNorm (which folds [T, N, C, H, W] into [T*N, C, H, W]) by a plain SyncBatchNorm that
     would read T as the batch and N as the channels. The converted layers of a multi-step
@@ -180,13 +166,10 @@ def _multistep_sync_bn() -> Iterator[None]:
                 layer.__class__ = _multistep_sync_bn_class()
         return converted
 
-    sync_bn.convert_sync_batchnorm = classmethod(convert_multistep)
-    try:
-        yield
-    finally:
-        sync_bn.convert_sync_batchnorm = original
+    return mock.patch.object(sync_bn, "convert_sync_batchnorm", classmethod(convert_multistep))
 
 
+@functools.cache
 def _multistep_sync_bn_class() -> type:
     import torch
     from spikingjelly.activation_based import functional
@@ -197,47 +180,30 @@ def _multistep_sync_bn_class() -> type:
                 return functional.seq_to_ann_forward(x, super().forward)
             return super().forward(x)
 
-    global _SYNC_BN
-    _SYNC_BN = _SYNC_BN or MultiStepSyncBatchNorm
-    return _SYNC_BN
+    return MultiStepSyncBatchNorm
 
 
-_SYNC_BN: type | None = None
-
-
-@contextlib.contextmanager
-def _cpu_ranks() -> Iterator[None]:
-    """DDP of a CPU module takes no device_ids; the Trainer passes [args.gpu]."""
+def _cpu_ranks() -> contextlib.AbstractContextManager[Any]:
     import torch
 
-    original_ddp = torch.nn.parallel.DistributedDataParallel
+    from experiments.snn.engines.spikingjelly_cpu import CPUDistributedDataParallel
 
-    class CPUDistributedDataParallel(original_ddp):  # type: ignore[misc, valid-type]
-        def __init__(self, module: Any, device_ids: Any = None, *rest: Any, **kwargs: Any):
-            if device_ids == [None]:
-                device_ids = None
-            super().__init__(module, device_ids, *rest, **kwargs)
-
-    torch.nn.parallel.DistributedDataParallel = CPUDistributedDataParallel
-    try:
-        yield
-    finally:
-        torch.nn.parallel.DistributedDataParallel = original_ddp
+    return mock.patch.object(
+        torch.nn.parallel, "DistributedDataParallel", CPUDistributedDataParallel
+    )
 
 
+@functools.cache
 def _trainer_class() -> type:
     """The subclass, defined on first use: importing the Trainer pulls in torchvision and
     TensorBoard, which planning other engines must not pay for. Its methods are
     `_ClassifyHooks`'s, which imports nothing of the library until a method runs."""
-    global _TRAINER
-    if _TRAINER is None:
-        from spikingjelly.activation_based.examples.common import train_classify
+    from spikingjelly.activation_based.examples.common import train_classify
 
-        class ClassifyTrainer(_ClassifyHooks, train_classify.Trainer):
-            """The hooks SpikingJelly's Trainer is meant to be subclassed through."""
+    class ClassifyTrainer(_ClassifyHooks, train_classify.Trainer):
+        """The hooks SpikingJelly's Trainer is meant to be subclassed through."""
 
-        _TRAINER = ClassifyTrainer
-    return _TRAINER
+    return ClassifyTrainer
 
 
 class _ClassifyHooks:
@@ -489,7 +455,6 @@ class _ClassifyHooks:
         return metrics
 
 
-_TRAINER: type | None = None
 BEST_FILE = "checkpoint_best.pth"  # early stopping's best epoch, beside the Trainer's own
 
 

@@ -1,13 +1,9 @@
 """SpikingJelly's `step_N/` checkpoints: which are complete, which are torn, what they hold.
 
-A checkpoint is the library's: `config.json` (its recipe) and one DCP folder per (pp, tp)
-rank, each holding the full state over the data-parallel ranks (`full_state_dict=True`).
-Beside them rank 0 writes one small file of ours, `mesh.json`: the mesh and global batch
-that wrote it, which the recipe does not record (the data-parallel size) and which a resume
-under another topology needs (snn/reshard.py, spikingjelly_resume.py).
-
-Read by the engine (resume), its hooks (keep_checkpoints, saves) and experiments-eval, so it
-lives apart from all of them.
+Beside the library's files rank 0 writes `mesh.json`: the mesh and global batch that wrote
+the checkpoint, which its recipe does not record (the data-parallel size) and a resume under
+another topology needs. Read by the engine, its hooks and experiments-eval, so it lives
+apart from all of them.
 """
 
 from __future__ import annotations
@@ -21,6 +17,7 @@ import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
+from unittest import mock
 
 from experiments.run.record import NoSpaceError, free_bytes, no_space, write_json_atomic
 
@@ -156,12 +153,11 @@ def weights_only() -> Iterator[None]:
     `weights_only=True`: everything a state dict holds loads, nothing else is unpickled."""
     from torch.distributed.checkpoint import default_planner, filesystem
 
-    originals = default_planner.torch, filesystem.pickle
-    default_planner.torch, filesystem.pickle = _TorchLoadingWeightsOnly(), _PickleForMetadata()
-    try:
+    with (
+        mock.patch.object(default_planner, "torch", _TorchLoadingWeightsOnly()),
+        mock.patch.object(filesystem, "pickle", _PickleForMetadata()),
+    ):
         yield
-    finally:
-        default_planner.torch, filesystem.pickle = originals
 
 
 def unwrapped(error: BaseException) -> BaseException:

@@ -15,6 +15,7 @@ import types
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -97,14 +98,14 @@ def view_of_torch(cuda: Any, on_cpu: bool) -> TorchView:
     return TorchView(cuda=cuda)
 
 
-@contextlib.contextmanager
-def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
-    original = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
+class CPUDistributedDataParallel(torch.nn.parallel.DistributedDataParallel):
+    """DDP of a CPU module takes no device_ids; SpikingJelly's loop passes [device.index] and
+    the classic Trainer [args.gpu], both [None] on CPU ranks."""
+
+    def __init__(self, module: Any, device_ids: Any = None, *rest: Any, **kwargs: Any):
+        if device_ids == [None]:
+            device_ids = None
+        super().__init__(module, device_ids, *rest, **kwargs)
 
 
 def _mesh_on_cpu(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -154,26 +155,13 @@ def cpu_mapping() -> Iterator[None]:
     import torch.distributed.device_mesh as device_mesh
     import torch.distributed.pipelining as pipelining
 
-    ddp = torch.nn.parallel.DistributedDataParallel
-
-    class CPUDistributedDataParallel(ddp):  # type: ignore[misc, valid-type]
-        """DDP of a CPU module takes no device_ids; the library passes [device.index]."""
-
-        def __init__(self, module: Any, device_ids: Any = None, *rest: Any, **kwargs: Any):
-            if device_ids == [None]:
-                device_ids = None
-            super().__init__(module, device_ids, *rest, **kwargs)
-
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(
-            _patched(device_mesh, "init_device_mesh", _mesh_on_cpu(device_mesh.init_device_mesh))
-        )
-        stack.enter_context(
-            _patched(
-                pipelining, "PipelineStage", _stage_with_inferred_shapes(pipelining.PipelineStage)
-            )
-        )
-        stack.enter_context(
-            _patched(torch.nn.parallel, "DistributedDataParallel", CPUDistributedDataParallel)
-        )
+    with (
+        mock.patch.object(
+            device_mesh, "init_device_mesh", _mesh_on_cpu(device_mesh.init_device_mesh)
+        ),
+        mock.patch.object(
+            pipelining, "PipelineStage", _stage_with_inferred_shapes(pipelining.PipelineStage)
+        ),
+        mock.patch.object(torch.nn.parallel, "DistributedDataParallel", CPUDistributedDataParallel),
+    ):
         yield

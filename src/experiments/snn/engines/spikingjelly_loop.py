@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 import torch.distributed as dist
@@ -360,8 +361,7 @@ class Saves:
             remove_all_but_newest(root or self.root, keep)
 
 
-@contextlib.contextmanager
-def _one_writer_uncoordinated(group: Any) -> Iterator[None]:
+def _one_writer_uncoordinated(group: Any) -> contextlib.AbstractContextManager[Any]:
     """While the library's `_save_checkpoint` runs: DCP's `async_save` into a process group
     of one rank (the library gives each model-parallel writer a gloo group of its own) runs
     without DCP's coordination (`no_dist=True`: the same files, one writer, no collectives).
@@ -371,18 +371,13 @@ def _one_writer_uncoordinated(group: Any) -> Iterator[None]:
     import torch.distributed.checkpoint as dcp
 
     if group is None or dist.get_world_size(group) != 1:
-        yield
-        return
+        return contextlib.nullcontext()
     coordinated = dcp.async_save
 
     def async_save(*args: Any, **kwargs: Any) -> Any:
         return coordinated(*args, **{**kwargs, "no_dist": True})
 
-    dcp.async_save = async_save
-    try:
-        yield
-    finally:
-        dcp.async_save = coordinated
+    return mock.patch.object(dcp, "async_save", async_save)
 
 
 class Evaluations:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -126,10 +127,9 @@ class Resume:
         return batch * old // new
 
 
-@contextlib.contextmanager
 def _recipe_allowing(
     training: Any, saved: dict[str, Any], fields: tuple[str, ...]
-) -> Iterator[None]:
+) -> contextlib.AbstractContextManager[Any]:
     """The library's recipe comparison, told that `fields` may differ: the recipe it computes
     for this run takes the checkpoint's values of those fields while it loads."""
     base = training._recipe
@@ -137,11 +137,7 @@ def _recipe_allowing(
     def recipe(config: Any) -> dict[str, Any]:
         return {**base(config), **{key: saved[key] for key in fields if key in saved}}
 
-    training._recipe = recipe
-    try:
-        yield
-    finally:
-        training._recipe = base
+    return mock.patch.object(training, "_recipe", recipe)
 
 
 def _load_resplit(
