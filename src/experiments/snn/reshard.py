@@ -16,24 +16,17 @@ from typing import Any
 from experiments.errors import ConfigError
 from experiments.run.reshard import global_batch_refused, refuse, resharded
 from experiments.snn.engines.spikingjelly_checkpoints import (
-    checkpoint_step,
     read_mesh,
     read_recipe,
-    torn_reason,
+    scan_checkpoints,
 )
 
 
 def newest_checkpoint(root: Path) -> tuple[Path, dict[str, Any] | None] | None:
     """The newest complete checkpoint under `root` and its mesh record (None: written
     without one), or None when there is no complete checkpoint."""
-    if not root.is_dir():
-        return None
-    for folder in sorted(root.iterdir(), key=checkpoint_step, reverse=True):
-        if checkpoint_step(folder) < 0:
-            continue
-        if torn_reason(folder) is None:
-            return folder, read_mesh(folder)
-    return None
+    complete, _ = scan_checkpoints(root)
+    return (complete[0], read_mesh(complete[0])) if complete else None
 
 
 def check(
