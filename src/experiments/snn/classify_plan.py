@@ -1,14 +1,9 @@
 """`trainer=classify`, planning side: the classic Trainer's keys, what it can run, its
 command line (parsed by its own `get_args_parser()`), and where its checkpoints lie.
 
-Apart from the engine (`snn/engines/classify.py`) because planning must not import it: the
-engine imports SpikingJelly's `train_classify` Trainer and torch's training machinery, which a
-plan (and `--dry-run`, status, evaluation's checkpoint look-up) must not pay for. The engine
-imports what it needs from here. `parse_arguments` and `_torch_load` import the library and
-torch lazily, inside the function.
-
-Checkpoints are the Trainer's own: `<run>/checkpoints/pt/classify/checkpoint_latest.pth`
-(+ `checkpoint_<epoch>.pth`, `checkpoint_max_test_acc1.pth`); `load_checkpoint` reads one.
+Apart from the engine (`snn/engines/classify.py`) because a plan (and `--dry-run`, status,
+evaluation's checkpoint look-up) must not pay for importing SpikingJelly's Trainer and
+torch's training machinery: the library and torch are imported lazily, inside functions.
 """
 
 from __future__ import annotations
@@ -194,6 +189,13 @@ def check_extension(trainer: dict[str, Any], extensions: list[str]) -> None:
         )
 
 
+# trainer keys passed as --key-name=value, in the command line's order
+PASSED_AS_GIVEN = ("label_smoothing", "mixup_alpha", "cutmix_alpha", "lr_scheduler",
+                   "lr_warmup_epochs", "lr_warmup_method", "lr_warmup_decay", "lr_step_size",
+                   "lr_gamma", "model_ema_steps", "model_ema_decay", "execution_mode")  # fmt: skip
+PASSED_UNLESS_NULL = ("norm_weight_decay", "clip_grad_norm")
+
+
 def arguments(
     trainer: dict[str, Any],
     *,
@@ -207,35 +209,23 @@ def arguments(
     """The Trainer's command line for this run. Parsed here by its own parser, so an argument
     it would refuse is a ConfigError before launch. `--resume` is added at run time (which
     checkpoint exists then)."""
+
+    def passed(*keys: str) -> list[str]:
+        return [f"--{key.replace('_', '-')}={trainer[key]}" for key in keys]
+
     argv = [
         f"--model={model}",
         f"--device={device}",
-        f"--batch-size={trainer['batch_size']}",
-        f"--epochs={trainer['epochs']}",
-        f"--workers={trainer['workers']}",
+        *passed("batch_size", "epochs", "workers"),
         f"--opt={OPT_NAMES.get(optimizer, optimizer.rsplit('.', 1)[-1].lower())}",
         f"--lr={optimizer_kwargs['lr']}",
         f"--momentum={optimizer_kwargs.get('momentum', 0.0)}",
         f"--weight-decay={optimizer_kwargs.get('weight_decay', 0.0)}",
-        f"--label-smoothing={trainer['label_smoothing']}",
-        f"--mixup-alpha={trainer['mixup_alpha']}",
-        f"--cutmix-alpha={trainer['cutmix_alpha']}",
-        f"--lr-scheduler={trainer['lr_scheduler']}",
-        f"--lr-warmup-epochs={trainer['lr_warmup_epochs']}",
-        f"--lr-warmup-method={trainer['lr_warmup_method']}",
-        f"--lr-warmup-decay={trainer['lr_warmup_decay']}",
-        f"--lr-step-size={trainer['lr_step_size']}",
-        f"--lr-gamma={trainer['lr_gamma']}",
-        f"--model-ema-steps={trainer['model_ema_steps']}",
-        f"--model-ema-decay={trainer['model_ema_decay']}",
-        f"--execution-mode={trainer['execution_mode']}",
+        *passed(*PASSED_AS_GIVEN),
         f"--seed={seed}",
         f"--output-dir={run_dir / CHECKPOINTS}",
     ]
-    if trainer["norm_weight_decay"] is not None:
-        argv.append(f"--norm-weight-decay={trainer['norm_weight_decay']}")
-    if trainer["clip_grad_norm"] is not None:
-        argv.append(f"--clip-grad-norm={trainer['clip_grad_norm']}")
+    argv += passed(*(key for key in PASSED_UNLESS_NULL if trainer[key] is not None))
     flags = {
         "--model-ema": trainer["model_ema"],
         "--sync-bn": trainer["sync_bn"],

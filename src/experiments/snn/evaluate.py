@@ -274,29 +274,25 @@ def _library_state(plan: Any, path: Path) -> tuple[dict, int]:
 def _load_newest_readable(
     plan: Any, run_dir: Path, chosen: Path | None
 ) -> tuple[torch.nn.Module, Path, int]:
-    if _trained_by_spikingjelly(run_dir):
-        from experiments.snn.engines.spikingjelly_checkpoints import scan_checkpoints
-
-        if chosen is not None:
-            candidates = [chosen]
-        else:
-            candidates, _ = scan_checkpoints(run_dir / "checkpoints")
-            if not candidates:
-                raise EvaluationError(f"{run_dir} has no complete checkpoint in checkpoints/")
-        return _first_loadable(plan, candidates, lambda path: _library_state(plan, path))
+    library = _trained_by_spikingjelly(run_dir)
     if chosen is not None:
-        if not (chosen / checkpoints.META).is_file():
+        if not library and not (chosen / checkpoints.META).is_file():
             raise ConfigError(
                 "checkpoint",
                 str(chosen),
                 f"a complete checkpoint directory, e.g. {run_dir}/checkpoints/step_00000050",
             )
         candidates = [chosen]
+    elif library:
+        from experiments.snn.engines.spikingjelly_checkpoints import scan_checkpoints
+
+        candidates, _ = scan_checkpoints(run_dir / "checkpoints")
     else:
         candidates = checkpoints.complete_checkpoints(run_dir / "checkpoints")
-        if not candidates:
-            raise EvaluationError(f"{run_dir} has no complete checkpoint in checkpoints/")
-    return _first_loadable(plan, candidates, lambda path: _merged_state(plan, path))
+    if not candidates:
+        raise EvaluationError(f"{run_dir} has no complete checkpoint in checkpoints/")
+    read = _library_state if library else _merged_state
+    return _first_loadable(plan, candidates, lambda path: read(plan, path))
 
 
 def _load_classify(

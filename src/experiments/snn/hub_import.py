@@ -1,17 +1,11 @@
 """SpikingJelly's zoo modules import torchvision for one name: map it to torch.hub's, in process.
 
-`spikingjelly.activation_based.model.sew_resnet` (and `spiking_resnet`, `spiking_vgg`) import
-`load_state_dict_from_url` from torchvision, whose `_internally_replaced_utils` re-exports
-`torch.hub.load_state_dict_from_url` (the same function object). Importing torchvision for it
-runs all of torchvision's `__init__`, whose `ops.roi_align` imports `torch._dynamo`: 1.3-1.7 s
-of CPU in every process that builds or plans a SEW-ResNet (each torchrun rank, each Slurm
-task, the launching CLI), for a function only `pretrained=True` calls.
-
-While one of those modules executes, and only when torchvision is not imported yet, this
-finder gives its import the torch.hub function under torchvision's module name, then puts
-`sys.modules` back as it was: a later `import torchvision` (ImageFolder data, MMGen, the
-classic Trainer) imports the real package. Nothing on disk is edited. Where torchvision is
-already imported, the modules import it as they always do.
+`sew_resnet` (and `spiking_resnet`, `spiking_vgg`) import `load_state_dict_from_url` from
+torchvision, which re-exports torch.hub's same function. Importing torchvision for it costs
+1.3-1.7 s of CPU (its `ops.roi_align` imports `torch._dynamo`) in every process that builds
+or plans a SEW-ResNet, for a function only `pretrained=True` calls. Only while such a module
+executes and torchvision is not imported yet, this finder supplies the torch.hub function,
+then restores `sys.modules`, so a later `import torchvision` gets the real package.
 """
 
 from __future__ import annotations

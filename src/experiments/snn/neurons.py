@@ -1,13 +1,10 @@
 """`model.neuron_implementation`: which of SpikingJelly's neuron kernels a CUDA run binds.
 
-SpikingJelly 2.0 picks an implementation per neuron type and device (its compiled `cuda`
-kernels, then `triton`, then `torch`), and a user pins one with its own variable,
-`SJ_<NEURON>_CUDA_IMPLEMENTATION`. Kernel installs are the most frequent complaint in its
-issues, so the choice is a config key here, checked where the plan is made: on a CPU-only run
-a pinned CUDA kernel is refused in one line; on CUDA, `functional.neuron_implementation(...)`
-says which implementation is bound and why the others are unavailable, and a pinned one that
-is unavailable is refused with SpikingJelly's reason. The variable reaches every rank through
-the environment the run's processes inherit (train.py sets it before any kernel is imported).
+SpikingJelly 2.0 picks one per neuron type and device (`cuda`, then `triton`, then `torch`),
+pinned by its `SJ_<NEURON>_CUDA_IMPLEMENTATION` variable. Kernel installs are the most
+frequent complaint in its issues, so the choice is a config key checked where the plan is
+made, refused in one line with SpikingJelly's reason; train.py sets the variable before any
+kernel is imported, and every rank inherits it.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """Resuming an SNN run under another topology (issue 28), checked before launch.
 
-SpikingJelly's checkpoints hold, per (pp, tp) folder, the full model and optimizer state
-over the data-parallel ranks (`full_state_dict=True`: FSDP2's shards gathered, DDP's replica
-once). So a checkpoint does not depend on the data-parallel layout: DDP <-> FSDP2, more or
-fewer data-parallel ranks, local <-> torchrun <-> Slurm all load the same folders, and the
-sampler position (a per-rank batch index) means the same samples as long as the global
-batch is the same. A different TP/PP split is re-split from all the folders by the model
-builder's own merge and shard functions (engines/spikingjelly_resume.py); a model whose
-builder has no merge is refused naming the sizes that resume. The loop's resume checks the
-same again when it loads, so a worker, whose config the launching process has already
-rewritten, agrees.
+A checkpoint holds, per (pp, tp) folder, the full state over the data-parallel ranks
+(`full_state_dict=True`), so any data-parallel layout or launcher loads it, and the sampler
+position means the same samples while the global batch is the same. Another TP/PP split is
+re-split by the model builder's own merge and shard functions
+(engines/spikingjelly_resume.py); a builder with no merge is refused naming the sizes that
+resume. The loop checks the same again, so a worker agrees with its launching process.
 """
 
 from __future__ import annotations
@@ -20,24 +16,17 @@ from typing import Any
 from experiments.errors import ConfigError
 from experiments.run.reshard import global_batch_refused, refuse, resharded
 from experiments.snn.engines.spikingjelly_checkpoints import (
-    checkpoint_step,
     read_mesh,
     read_recipe,
-    torn_reason,
+    scan_checkpoints,
 )
 
 
 def newest_checkpoint(root: Path) -> tuple[Path, dict[str, Any] | None] | None:
     """The newest complete checkpoint under `root` and its mesh record (None: written
     without one), or None when there is no complete checkpoint."""
-    if not root.is_dir():
-        return None
-    for folder in sorted(root.iterdir(), key=checkpoint_step, reverse=True):
-        if checkpoint_step(folder) < 0:
-            continue
-        if torn_reason(folder) is None:
-            return folder, read_mesh(folder)
-    return None
+    complete, _ = scan_checkpoints(root)
+    return (complete[0], read_mesh(complete[0])) if complete else None
 
 
 def check(

@@ -1,14 +1,10 @@
 """SpikingJelly's rules between its speed settings and the topology, checked before launch.
 
-`TrainingConfig.__post_init__` (distributed/vision/config.py, spikingjelly 2.0.0) raises the
-first rule a config breaks, as a ValueError in SpikingJelly's words; `train_classification`
-checks a few more only once its ranks run. Here every rule is one line naming our keys (and
-quoting SpikingJelly's message), before any process starts. tests/test_sj_rules.py builds
-SpikingJelly's own TrainingConfig over the whole combination matrix and fails when a verdict
-here differs from its: a rule SpikingJelly adds or drops fails that test. (The rules that only
-run inside the loop: world size divisible by PP x TP (topology.py), a CUDA graph on one rank
-(trainer.py), the validation set divisible across data-parallel ranks (plan.py); the test reads
-SpikingJelly's source for them.)
+`TrainingConfig.__post_init__` (spikingjelly 2.0.0) raises only the first rule broken, and
+`train_classification` checks a few more only once its ranks run; here each is one line
+naming our keys (quoting SpikingJelly's message) before any process starts.
+tests/test_sj_rules.py compares every verdict with SpikingJelly's own over the whole
+combination matrix, so a rule it adds or drops fails that test.
 """
 
 from __future__ import annotations

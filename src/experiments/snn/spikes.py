@@ -1,26 +1,16 @@
-"""What SNN papers report besides accuracy, measured at every evaluation: how much each
-spiking layer fires, and what the network's operations cost.
+"""Spike activity and energy at every evaluation, with SpikingJelly's own instruments only
+(docs/spikes.md has what is measured and its settings).
 
-Measured with SpikingJelly's own instruments only, on a fixed, seeded slice of the
-validation set (`trainer.spikes.images`, the same images every time), in evaluation mode
-under `no_grad` (its op counters see nothing under `inference_mode`):
+Under `no_grad`, not `inference_mode`: the op counters see nothing under the latter. Each
+neuron's output is reduced on the fly (no tensor kept) with operations the counters have no
+rule for (count_nonzero, amax, amin, eq), since a reduction by sum would be counted as
+accumulates.
 
-- `monitor.OutputMonitor` on every spiking neuron (`neuron.BaseNode`, `SimpleBaseNode`),
-  each output reduced on the fly (no tensor kept) with operations the counters have no rule
-  for (count_nonzero, amax, amin, eq: a reduction by sum would be counted as accumulates):
-  per layer its spikes, its neuron-steps, and per neuron whether it ever fired and whether it
-  fired at every step of every image;
-- `op_counter.SimpleEnergyProfiler` around the same forwards: synaptic operations, ACs and
-  MACs, memory traffic, and its energy model's cost constants (`trainer.spikes.costs`: fp32
-  E_MAC 4.6 pJ, E_AC 0.9 pJ, ...). The energy per image is the compute energy papers give
-  (MACs x E_MAC + ACs x E_AC); with memory traffic it is recorded beside it.
-
-Any topology gives the single process's figures for the same weights: each data-parallel
-rank measures its share of the slice, and the counts are summed (never rates); a pipeline
-stage counts the layers it holds; under channel tensor parallelism the operations and
-neurons between a column-wise split and its row-wise merge hold one shard each and are
-summed over the TP ranks, the rest is the same on every TP rank and taken once (the split
-is read from SpikingJelly's ChannelShard modules at run time). Rank 0 combines.
+Any topology gives the single process's figures for the same weights: data-parallel ranks
+measure shares of the slice and counts (never rates) are summed; a pipeline stage counts
+the layers it holds; under channel TP what lies between a column-wise split and its
+row-wise merge is summed over TP ranks, the rest taken once (the split is read from
+SpikingJelly's ChannelShard modules at run time). Rank 0 combines.
 """
 
 from __future__ import annotations

@@ -113,12 +113,8 @@ def check_cuda_graph(trainer: dict[str, Any], dims: ParallelDims) -> None:
 
 
 def derive_batch(trainer: dict[str, Any], dims: Any) -> dict[str, Any]:
-    """trainer.global_batch_size over the data-parallel ranks: the per-rank batch (the
-    library's TrainingConfig.batch_size, what each rank's loader yields per optimizer step)
-    and the gradient-accumulation micro-batches it is trained in, the fewest of equal size
-    that keep each forward at most trainer.batch_size. The same experiment on single, ddp x2
-    or fsdp2 x4 then optimises over the same global batch (the data-parallel ranks' union is
-    the batch a single process would take: DistributedSampler interleaves its indices)."""
+    """trainer.global_batch_size split over the data-parallel ranks, so single, ddp x2 or
+    fsdp2 x4 optimise over the same global batch (DistributedSampler interleaves indices)."""
     total, cap = trainer["global_batch_size"], trainer["batch_size"]
     dp = dims.data_parallel_size
     if total % dp:

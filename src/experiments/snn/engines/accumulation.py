@@ -1,22 +1,11 @@
 """Gradient accumulation inside SpikingJelly's training step (trainer.global_batch_size).
 
-The library's `train_step(images, loss_targets)` runs one forward of the rank's whole batch
-(`_forward_classification`), one loss (`_classification_loss`) and one backward, then the
-loop steps the optimizer. Where the plan splits the rank's batch into `steps` micro-batches
-(no forward above trainer.batch_size), the seam gives that step these two functions instead:
-
-- the forward runs every micro-batch but the last itself: forward, its mean loss weighted by
-  its share of the batch, backward (through the step's GradScaler when fp16 has one), the
-  network's state reset as after a step; under DDP inside `no_sync()`, so gradients
-  accumulate locally. It returns the last micro-batch's logits;
-- the loss of those logits is the last micro-batch's weighted loss plus the (constant)
-  weighted losses before it: its value is the whole batch's mean loss, and the library's own
-  backward adds the last micro-batch's gradient, outside `no_sync()`, so DDP synchronises
-  once per optimizer step, the sum of all of them.
-
-The optimizer, the scheduler (it counts optimizer steps) and everything else stay the
-library's. Micro-batches are cut along the batch dimension (dim 0 of both [N, C, H, W] and
-the batch-first [N, T, C, H, W]); BatchNorm normalises each micro-batch by its own
+The library's `train_step` runs one forward, loss and backward of the rank's whole batch.
+Where the plan splits it into micro-batches, the forward runs every micro-batch but the last
+itself (weighted loss, backward, network reset; under DDP inside `no_sync()`) and returns
+the last one's logits; the loss adds the earlier (constant) weighted losses, so its value is
+the whole batch's mean and the library's own backward, outside `no_sync()`, makes DDP
+synchronise once per optimizer step. BatchNorm normalises each micro-batch by its own
 statistics, as in every framework's accumulation.
 """
 

@@ -1,37 +1,20 @@
 """`trainer=classify`: SpikingJelly's classic `train_classify.Trainer` as the second SNN engine.
 
-SpikingJelly's training guide keeps two surfaces apart: `distributed.vision` (the topology
-contracts; our default engines) and the torchvision-reference `Trainer` "for quick
-single-node or legacy DDP image training", customised by subclassing. This module is that
-subclass, and nothing more than the seams it offers:
+A subclass using only the seams the Trainer offers (its argument parser, `load_ImageNet`,
+`load_model`, `set_optimizer`, the `preprocess_*`/`process_model_output` hooks,
+`train_one_epoch`/`evaluate`); docs/engines.md lists what each does.
 
-- its arguments come from its own `get_args_parser()`, filled from our groups (planning
-  parses them in `snn/classify_plan.py`, so a value it would reject is refused before launch);
-- `load_ImageNet` is replaced by our data group's builder, `load_model` builds the model from
-  the composed ModelConfig's builder as SpikingJelly's loop does, `set_optimizer` builds
-  our optimizer group's class;
-- `preprocess_*_sample` make the time dimension ([N,C,H,W] repeated T times, or an
-  [N,T,C,H,W] sequence moved time-first), `process_model_output` reads out the mean over T;
-- `train_one_epoch` / `evaluate` call the library's and record what they return; after each
-  evaluation the spike and energy measurement runs on the slice through the same forward
-  (`engines/spikingjelly_spikes.py`, as in SpikingJelly's loop).
-
-On CPU ranks its DDP path needs two things it hard-codes for CUDA (NCCL in
-`utils.init_distributed_mode`, `device_ids=[args.gpu]`): both are swapped for the duration
-of `Trainer.main` in this process only (`_distributed_init`, `_cpu_ranks`), never on disk. On
-every device a process that our launcher did not start as a rank runs alone, even inside a
-Slurm allocation (`_distributed_init`).
-
-Checkpoints are the Trainer's own: `<run>/checkpoints/pt/classify/checkpoint_latest.pth`
-(+ `checkpoint_<epoch>.pth`, `checkpoint_max_test_acc1.pth`), each written atomically
-(`_atomic_saves`: a full disk never cuts the previous one short); `classify_plan.load_checkpoint`
-reads one.
+On CPU ranks its DDP path hard-codes CUDA (NCCL in `utils.init_distributed_mode`,
+`device_ids=[args.gpu]`): both are swapped while `Trainer.main` runs in this process only
+(`_distributed_init`, `_cpu_ranks`). Its checkpoints are written atomically (`_atomic_saves`)
+so a full disk never cuts the previous one short.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
 import os
 import shutil
@@ -40,6 +23,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from unittest import mock
 
 from experiments import collectives
 from experiments.run.early_stopping import Monitor, Verdict
@@ -113,16 +97,12 @@ def _library_patches(device: str) -> Iterator[None]:
         _multistep_sync_bn(),
         _distributed_init(device),
         _atomic_saves(),
+        _cpu_ranks() if device == "cpu" else contextlib.nullcontext(),
     ):
-        if device != "cpu":
-            yield
-            return
-        with _cpu_ranks():
-            yield
+        yield
 
 
-@contextlib.contextmanager
-def _atomic_saves() -> Iterator[None]:
+def _atomic_saves() -> contextlib.AbstractContextManager[Any]:
     """The Trainer's `utils.save_on_master` torch.saves in place: a full disk or quota mid-write
     leaves checkpoint_latest.pth cut short, and that is the file the next resume reads. Here
     the main process writes each one through `write_torch_atomic` (a temporary, fsync, rename;
@@ -131,31 +111,18 @@ def _atomic_saves() -> Iterator[None]:
 
     from experiments.run.record import write_torch_atomic
 
-    original_save = utils.save_on_master
-
     def save_on_master(state: Any, path: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
         if utils.is_main_process():
             write_torch_atomic(state, Path(path))
 
-    utils.save_on_master = save_on_master
-    try:
-        yield
-    finally:
-        utils.save_on_master = original_save
+    return mock.patch.object(utils, "save_on_master", save_on_master)
 
 
-@contextlib.contextmanager
-def _distributed_init(device: str) -> Iterator[None]:
-    """The Trainer's `utils.init_distributed_mode`, on every device, minus its Slurm guess.
-
-    Our launchers export RANK and WORLD_SIZE to every rank of a multi-process run (torchrun;
-    Slurm tasks through submitit's TorchDistributedEnvironment). Without them this process is
-    the whole run (launcher=local), but inside a Slurm allocation (a `salloc` shell, an sbatch
-    script) SLURM_PROCID is set, and the library then takes itself for rank SLURM_PROCID of a
-    distributed run: it initialises NCCL through env:// without MASTER_ADDR (on CUDA) or
-    divides by torch.cuda.device_count() == 0 (on CPU). Here such a process runs alone, as the
-    library does outside Slurm. With RANK set: the library's own set-up on CUDA (NCCL), gloo
-    without a CUDA device on CPU ranks."""
+def _distributed_init(device: str) -> contextlib.AbstractContextManager[Any]:
+    """The Trainer's `utils.init_distributed_mode` minus its Slurm guess: our launchers export
+    RANK to every rank, and without it the library would take SLURM_PROCID (set in a `salloc`
+    shell) for a rank of a distributed run and fail (NCCL without MASTER_ADDR on CUDA, a
+    division by a CUDA device count of 0 on CPU)."""
     import torch.distributed as dist
     from spikingjelly.activation_based.examples.common.tv_ref_classify import utils
 
@@ -177,15 +144,10 @@ def _distributed_init(device: str) -> Iterator[None]:
             backend="gloo", init_method=args.dist_url, world_size=args.world_size, rank=args.rank
         )
 
-    utils.init_distributed_mode = init_distributed_mode
-    try:
-        yield
-    finally:
-        utils.init_distributed_mode = original_init
+    return mock.patch.object(utils, "init_distributed_mode", init_distributed_mode)
 
 
-@contextlib.contextmanager
-def _multistep_sync_bn() -> Iterator[None]:
+def _multistep_sync_bn() -> contextlib.AbstractContextManager[Any]:
     """--sync-bn: torch's convert_sync_batchnorm replaces SpikingJelly's multi-step
     BatchNorm (which folds [T, N, C, H, W] into [T*N, C, H, W]) by a plain SyncBatchNorm that
     would read T as the batch and N as the channels. The converted layers of a multi-step
@@ -204,13 +166,10 @@ def _multistep_sync_bn() -> Iterator[None]:
                 layer.__class__ = _multistep_sync_bn_class()
         return converted
 
-    sync_bn.convert_sync_batchnorm = classmethod(convert_multistep)
-    try:
-        yield
-    finally:
-        sync_bn.convert_sync_batchnorm = original
+    return mock.patch.object(sync_bn, "convert_sync_batchnorm", classmethod(convert_multistep))
 
 
+@functools.cache
 def _multistep_sync_bn_class() -> type:
     import torch
     from spikingjelly.activation_based import functional
@@ -221,47 +180,30 @@ def _multistep_sync_bn_class() -> type:
                 return functional.seq_to_ann_forward(x, super().forward)
             return super().forward(x)
 
-    global _SYNC_BN
-    _SYNC_BN = _SYNC_BN or MultiStepSyncBatchNorm
-    return _SYNC_BN
+    return MultiStepSyncBatchNorm
 
 
-_SYNC_BN: type | None = None
-
-
-@contextlib.contextmanager
-def _cpu_ranks() -> Iterator[None]:
-    """DDP of a CPU module takes no device_ids; the Trainer passes [args.gpu]."""
+def _cpu_ranks() -> contextlib.AbstractContextManager[Any]:
     import torch
 
-    original_ddp = torch.nn.parallel.DistributedDataParallel
+    from experiments.snn.engines.spikingjelly_cpu import CPUDistributedDataParallel
 
-    class CPUDistributedDataParallel(original_ddp):  # type: ignore[misc, valid-type]
-        def __init__(self, module: Any, device_ids: Any = None, *rest: Any, **kwargs: Any):
-            if device_ids == [None]:
-                device_ids = None
-            super().__init__(module, device_ids, *rest, **kwargs)
-
-    torch.nn.parallel.DistributedDataParallel = CPUDistributedDataParallel
-    try:
-        yield
-    finally:
-        torch.nn.parallel.DistributedDataParallel = original_ddp
+    return mock.patch.object(
+        torch.nn.parallel, "DistributedDataParallel", CPUDistributedDataParallel
+    )
 
 
+@functools.cache
 def _trainer_class() -> type:
     """The subclass, defined on first use: importing the Trainer pulls in torchvision and
     TensorBoard, which planning other engines must not pay for. Its methods are
     `_ClassifyHooks`'s, which imports nothing of the library until a method runs."""
-    global _TRAINER
-    if _TRAINER is None:
-        from spikingjelly.activation_based.examples.common import train_classify
+    from spikingjelly.activation_based.examples.common import train_classify
 
-        class ClassifyTrainer(_ClassifyHooks, train_classify.Trainer):
-            """The hooks SpikingJelly's Trainer is meant to be subclassed through."""
+    class ClassifyTrainer(_ClassifyHooks, train_classify.Trainer):
+        """The hooks SpikingJelly's Trainer is meant to be subclassed through."""
 
-        _TRAINER = ClassifyTrainer
-    return _TRAINER
+    return ClassifyTrainer
 
 
 class _ClassifyHooks:
@@ -513,7 +455,6 @@ class _ClassifyHooks:
         return metrics
 
 
-_TRAINER: type | None = None
 BEST_FILE = "checkpoint_best.pth"  # early stopping's best epoch, beside the Trainer's own
 
 

@@ -1,22 +1,10 @@
 """The SNN engine: SpikingJelly's own `train_classification`, on CUDA ranks (NCCL) or on CPU
-ranks (gloo), for every topology.
+ranks (gloo), for every topology (docs/engines.md).
 
-Nothing of the training is ours: the library builds the mesh, the model, the loaders, runs
-its loop and writes its checkpoints (`<run>/checkpoints/step_N/`: config.json and one DCP
-folder per (pp, tp) rank). What is ours, around it:
-
-- the process group: initialised here before the loop (gloo on CPU, NCCL on CUDA), so a
-  single-process run needs no launcher (RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT are set for
-  it) and we can agree on things across ranks before the loop starts;
-- on CPU, its CUDA-only calls mapped to CPU inside this process (spikingjelly_cpu.py);
-- which checkpoint resumes: rank 0 lists the complete ones (`.metadata` in every pp_*_tp_*
-  folder) newest first and broadcasts them; torn folders are removed with one line each;
-  resume=null clears old step folders; loading, resharding and falling back to an older
-  checkpoint happen inside the loop (spikingjelly_resume.py);
-- everything the loop's seam adds (spikingjelly_loop.py): steps.jsonl and the loggers,
-  check_replicas, keep_checkpoints, a checkpoint at the last step and at SIGTERM/SIGUSR2
-  (the run then ends `interrupted`), the epoch records, early stopping and a search's
-  pruner, gradient accumulation, the profiler, the progress bar.
+The process group is initialised here before the loop, so a single-process run needs no
+launcher and ranks can agree on things (which checkpoint resumes: rank 0 lists the complete
+ones and broadcasts them) before the loop starts. What the loop's seam adds is in
+spikingjelly_loop.py; loading and resharding in spikingjelly_resume.py.
 """
 
 from __future__ import annotations

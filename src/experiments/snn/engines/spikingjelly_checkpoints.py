@@ -1,13 +1,9 @@
 """SpikingJelly's `step_N/` checkpoints: which are complete, which are torn, what they hold.
 
-A checkpoint is the library's: `config.json` (its recipe) and one DCP folder per (pp, tp)
-rank, each holding the full state over the data-parallel ranks (`full_state_dict=True`).
-Beside them rank 0 writes one small file of ours, `mesh.json`: the mesh and global batch
-that wrote it, which the recipe does not record (the data-parallel size) and which a resume
-under another topology needs (snn/reshard.py, spikingjelly_resume.py).
-
-Read by the engine (resume), its hooks (keep_checkpoints, saves) and experiments-eval, so it
-lives apart from all of them.
+Beside the library's files rank 0 writes `mesh.json`: the mesh and global batch that wrote
+the checkpoint, which its recipe does not record (the data-parallel size) and a resume under
+another topology needs. Read by the engine, its hooks and experiments-eval, so it lives
+apart from all of them.
 """
 
 from __future__ import annotations
@@ -21,6 +17,7 @@ import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
+from unittest import mock
 
 from experiments.run.record import NoSpaceError, free_bytes, no_space, write_json_atomic
 
@@ -39,12 +36,8 @@ def shard_folder(pp_rank: int, tp_rank: int) -> str:
 
 
 def torn_reason(path: Path, shards: int | None = None) -> str | None:
-    """Why a `step_N/` folder is not a complete SpikingJelly checkpoint (None: complete).
-
-    The library writes config.json before `dcp.async_save` starts; DCP writes `.metadata`
-    last, after every data file. Complete = config.json and `.metadata` in each of the
-    `shards` (pp x tp) folders: as many as its own recipe says when not given (a checkpoint
-    of another topology is complete as written)."""
+    """Why a `step_N/` folder is not a complete checkpoint (None: complete). The library
+    writes config.json before `dcp.async_save` starts, and DCP writes `.metadata` last."""
     if not (path / "config.json").is_file():
         return "no config.json"
     if shards is None:
@@ -160,12 +153,11 @@ def weights_only() -> Iterator[None]:
     `weights_only=True`: everything a state dict holds loads, nothing else is unpickled."""
     from torch.distributed.checkpoint import default_planner, filesystem
 
-    originals = default_planner.torch, filesystem.pickle
-    default_planner.torch, filesystem.pickle = _TorchLoadingWeightsOnly(), _PickleForMetadata()
-    try:
+    with (
+        mock.patch.object(default_planner, "torch", _TorchLoadingWeightsOnly()),
+        mock.patch.object(filesystem, "pickle", _PickleForMetadata()),
+    ):
         yield
-    finally:
-        default_planner.torch, filesystem.pickle = originals
 
 
 def unwrapped(error: BaseException) -> BaseException:

@@ -1,25 +1,11 @@
 """SpikingJelly's `train_classification` on CPU ranks over gloo, unmodified on disk.
 
-`distributed/vision/training.py` (SpikingJelly 2.0.0) asks for CUDA in a handful of places
-(listed below). Inside our rank processes only, and only while the library's
-loop runs, those names are mapped to their CPU equivalents:
-
-- the module's own `torch` name becomes a view of torch (`view_of_torch`) whose `cuda`
-  answers for the CPU: `is_available()` is True, `set_device` / `synchronize` /
-  `reset_peak_memory_stats` do nothing, the "CUDA" RNG state is the CPU generator's (saved
-  and restored with the same value), peak memory is 0 (our summary reads the process's
-  peak RSS instead); `torch.device("cuda", i)` is the CPU device; `GradScaler("cuda")` is
-  a CPU scaler (disabled, as the library asks for in fp32);
-- `init_device_mesh("cuda", ...)` builds the same mesh on "cpu";
-- DDP gets `device_ids=None` (the library passes `[device.index]`, i.e. `[None]` on a CPU
-  device, which DDP refuses);
-- pipeline stages infer their boundary shapes at run time: with the static
-  `input_args`/`output_args` the library passes, gloo delivers `None` output gradients to
-  stage 0 (measured with torch 2.14.1). The shapes are the same; only who states them differs.
-
-The process group itself (gloo here, NCCL on CUDA) is initialised by the engine before the
-library's loop starts (engines/spikingjelly.py), so the library neither creates nor destroys
-it. Everything is restored on exit.
+`distributed/vision/training.py` (SpikingJelly 2.0.0) asks for CUDA in a handful of places;
+inside our rank processes only, while its loop runs, those names answer for the CPU.
+Pipeline stages infer their boundary shapes at run time because with the static
+`input_args`/`output_args` the library passes, gloo delivers `None` output gradients to
+stage 0 (measured with torch 2.14.1). DDP gets `device_ids=None`: the library passes
+`[None]` on a CPU device, which DDP refuses.
 """
 
 from __future__ import annotations
@@ -29,6 +15,7 @@ import types
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -111,14 +98,14 @@ def view_of_torch(cuda: Any, on_cpu: bool) -> TorchView:
     return TorchView(cuda=cuda)
 
 
-@contextlib.contextmanager
-def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
-    original = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
+class CPUDistributedDataParallel(torch.nn.parallel.DistributedDataParallel):
+    """DDP of a CPU module takes no device_ids; SpikingJelly's loop passes [device.index] and
+    the classic Trainer [args.gpu], both [None] on CPU ranks."""
+
+    def __init__(self, module: Any, device_ids: Any = None, *rest: Any, **kwargs: Any):
+        if device_ids == [None]:
+            device_ids = None
+        super().__init__(module, device_ids, *rest, **kwargs)
 
 
 def _mesh_on_cpu(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -142,16 +129,9 @@ TRIM_THRESHOLD = 1 << 30
 
 
 def keep_freed_memory() -> bool:
-    """A CPU rank's allocator keeps the memory a training step frees for the next step,
-    instead of handing it back to the system and faulting it in again: glibc's mmap threshold
-    fixed at its ceiling (32 MB) and its trim threshold at 1 GB. The process's peak memory is
-    unchanged; what changes is that memory stays mapped between steps.
-
-    Why: measured on this project's 2-core x86_64 machines (torch 2.14.1, SEW-ResNet34, T=2,
-    32 px, batch 8), SpikingJelly's loop in a fresh process took 28,000 minor page faults a
-    step (a hand-written loop 4,600) and 0.211 s a step; with these two settings, 0 faults and
-    0.178 s (BENCHMARKS.md). PyTorch's CPU tuning guide gives the same advice (an allocator that
-    reuses memory). Only glibc is tuned (where `mallopt` exists); elsewhere nothing changes."""
+    """Keep the memory a CPU training step frees mapped for the next step (glibc only): without
+    it SpikingJelly's loop took 28,000 page faults and 0.211 s a step, with it 0 and 0.178 s
+    (BENCHMARKS.md)."""
     import ctypes
     import ctypes.util
 
@@ -175,26 +155,13 @@ def cpu_mapping() -> Iterator[None]:
     import torch.distributed.device_mesh as device_mesh
     import torch.distributed.pipelining as pipelining
 
-    ddp = torch.nn.parallel.DistributedDataParallel
-
-    class CPUDistributedDataParallel(ddp):  # type: ignore[misc, valid-type]
-        """DDP of a CPU module takes no device_ids; the library passes [device.index]."""
-
-        def __init__(self, module: Any, device_ids: Any = None, *rest: Any, **kwargs: Any):
-            if device_ids == [None]:
-                device_ids = None
-            super().__init__(module, device_ids, *rest, **kwargs)
-
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(
-            _patched(device_mesh, "init_device_mesh", _mesh_on_cpu(device_mesh.init_device_mesh))
-        )
-        stack.enter_context(
-            _patched(
-                pipelining, "PipelineStage", _stage_with_inferred_shapes(pipelining.PipelineStage)
-            )
-        )
-        stack.enter_context(
-            _patched(torch.nn.parallel, "DistributedDataParallel", CPUDistributedDataParallel)
-        )
+    with (
+        mock.patch.object(
+            device_mesh, "init_device_mesh", _mesh_on_cpu(device_mesh.init_device_mesh)
+        ),
+        mock.patch.object(
+            pipelining, "PipelineStage", _stage_with_inferred_shapes(pipelining.PipelineStage)
+        ),
+        mock.patch.object(torch.nn.parallel, "DistributedDataParallel", CPUDistributedDataParallel),
+    ):
         yield

@@ -1,42 +1,15 @@
 """The one seam into SpikingJelly's `train_classification`, which has no hooks or callbacks.
 
-Written against spikingjelly 2.0.0 (`distributed/vision/training.py`; pinned in
-pyproject.toml). `tests/test_loop_seam.py` reads the installed loop and fails, naming the
-installed version, when any name below is gone. Everything here happens inside our rank
-processes, only while the loop runs, and is restored on exit: nothing is edited on disk.
+Written against spikingjelly 2.0.0 (pinned in pyproject.toml); `tests/test_loop_seam.py`
+fails, naming the installed version, when a name in `REPLACED` or the `*_LOCALS` is gone.
+The loop looks those module globals up at call time, so each is swapped only inside our rank
+processes while the loop runs and restored on exit; nothing is edited on disk.
 
-The module globals the loop looks up at call time, and what they answer instead (`REPLACED`):
-
-- `torch`: a view whose `cuda.synchronize` also calls our step hook (the loop calls it
-  exactly twice per optimizer step, on every rank and topology: before the step's timer
-  starts, and after the optimizer and scheduler steps); on CPU ranks its CUDA names mapped
-  to the CPU as well (spikingjelly_cpu.py);
-- `dist`: torch.distributed with `new_group` keeping torch's group counter equal on every
-  rank (`DistView`);
-- `_build_loaders`: the library's loaders, the training one resumable mid-epoch without
-  loading the batches already trained (`ResumableLoader`);
-- `_load_checkpoint`: the library's load inside our resume (spikingjelly_resume.py:
-  candidates, another data-parallel layout, a TP/PP re-split, the data position);
-- `_save_checkpoint` / `_finish_checkpoint`: the library's, with `mesh.json` beside each
-  checkpoint and a full disk turned into one line (NoSpaceError);
-- `_evaluate` / `_evaluate_pipeline`: the library's validation, then our evaluation hook
-  (the epoch's record, early stopping, a search's pruner, the best checkpoint); skipped once
-  a stop is agreed;
-- `_forward_classification` / `_classification_loss`: gradient accumulation, only when the
-  plan splits a rank's batch (accumulation.py).
-
-The loop's locals each hook reads, from the caller's frame: `STEP_LOCALS` at the step hook,
-`EVALUATION_LOCALS` at the evaluation hook, `TRAIN_STEP_LOCALS` in the nested `train_step`.
-
-What the step hook does, on every rank alike: steps.jsonl and the loggers' train/loss every
-`log_every_n_steps` (and at the last step), the loss averaged over the data-parallel ranks,
-with `replica_max_diff` when check_replicas is set; the progress bar; the profiler's step;
-with a stop signal installed (Slurm tasks, local sweep points) one all-reduce agreeing on it;
-and whether this step is saved: at the last step (the library saves only every
-`checkpoint_interval` steps) and at an agreed stop. The library's own `_save_checkpoint` then
-writes it: its test `global_step % config.checkpoint_interval == 0` reads a config whose
-`checkpoint_interval` answers 1 for that step (`_live_config`); at a stop `max_steps`
-answers 0, so the loop breaks right after the save. A stop therefore loses nothing.
+The step hook rides on `torch.cuda.synchronize`, which the loop calls exactly twice per
+optimizer step on every rank and topology. The library saves only every
+`checkpoint_interval` steps, so `_live_config` answers 1 for a step we must save (the last
+one, an agreed stop) and `max_steps` 0 at a stop: the loop breaks right after the save and a
+stop loses nothing.
 """
 
 from __future__ import annotations
@@ -53,6 +26,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 import torch.distributed as dist
@@ -387,8 +361,7 @@ class Saves:
             remove_all_but_newest(root or self.root, keep)
 
 
-@contextlib.contextmanager
-def _one_writer_uncoordinated(group: Any) -> Iterator[None]:
+def _one_writer_uncoordinated(group: Any) -> contextlib.AbstractContextManager[Any]:
     """While the library's `_save_checkpoint` runs: DCP's `async_save` into a process group
     of one rank (the library gives each model-parallel writer a gloo group of its own) runs
     without DCP's coordination (`no_dist=True`: the same files, one writer, no collectives).
@@ -398,18 +371,13 @@ def _one_writer_uncoordinated(group: Any) -> Iterator[None]:
     import torch.distributed.checkpoint as dcp
 
     if group is None or dist.get_world_size(group) != 1:
-        yield
-        return
+        return contextlib.nullcontext()
     coordinated = dcp.async_save
 
     def async_save(*args: Any, **kwargs: Any) -> Any:
         return coordinated(*args, **{**kwargs, "no_dist": True})
 
-    dcp.async_save = async_save
-    try:
-        yield
-    finally:
-        dcp.async_save = coordinated
+    return mock.patch.object(dcp, "async_save", async_save)
 
 
 class Evaluations:

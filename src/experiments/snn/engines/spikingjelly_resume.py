@@ -1,35 +1,23 @@
 """Resuming SpikingJelly's loop: which of its checkpoints, under which layout.
 
-The library's `_load_checkpoint(path, config=..., model=..., ...)` loads one checkpoint that
-the same recipe wrote. The loop calls it through a name our seam replaces
-(spikingjelly_loop.py), and around the library's own load this module adds:
-
-- **candidates, newest first**: a checkpoint that fails to load on any rank (truncated,
-  corrupt) is reported and the previous one tried, so every rank resumes from the same step;
-  candidates that all fail are a CheckpointError (starting over would lose the run's work);
-- **another data-parallel layout** (DDP <-> FSDP2, more or fewer ranks, another launcher):
-  each (pp, tp) folder holds the full state over the data-parallel ranks
-  (`full_state_dict=True`), so the library's own load reads it once its recipe comparison
-  is told which layout fields may differ (`RECIPE_FIELDS`);
-- **another pp x tp split**: re-split here from all of the old folders by the model
-  builder's own functions (SpikingJelly's `merge_state_dicts`, its stage key maps and the TP
-  merge/shard of one tensor), then set into the model and optimizer as the library sets them;
-  the scheduler, scaler, RNG and data position are shard (0, 0)'s (every rank saved the same);
-- **the data position**, a per-rank batch index: the same samples while the global batch is
-  kept; a global batch changed on purpose (trainer.allow_global_batch_change) resumes after
-  the samples trained.
-
-Which changes can be resumed at all is decided before launch (snn/reshard.py); the same
-rules hold here, so a worker agrees with its launching process.
+Around the library's `_load_checkpoint` (replaced through spikingjelly_loop.py):
+candidates are tried newest first, so a checkpoint unreadable on any rank is skipped on all
+and every rank resumes from the same step (all failing is a CheckpointError: starting over
+would lose the run's work). Each (pp, tp) folder holds the full data-parallel state, so
+another data-parallel layout loads through the library once its recipe check allows the
+layout fields (`RECIPE_FIELDS`); another pp x tp split is re-split here with the model
+builder's own merge/shard functions. Which changes can be resumed is decided before launch
+by snn/reshard.py, with the same rules, so a worker agrees with its launching process.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -139,10 +127,9 @@ class Resume:
         return batch * old // new
 
 
-@contextlib.contextmanager
 def _recipe_allowing(
     training: Any, saved: dict[str, Any], fields: tuple[str, ...]
-) -> Iterator[None]:
+) -> contextlib.AbstractContextManager[Any]:
     """The library's recipe comparison, told that `fields` may differ: the recipe it computes
     for this run takes the checkpoint's values of those fields while it loads."""
     base = training._recipe
@@ -150,11 +137,7 @@ def _recipe_allowing(
     def recipe(config: Any) -> dict[str, Any]:
         return {**base(config), **{key: saved[key] for key in fields if key in saved}}
 
-    training._recipe = recipe
-    try:
-        yield
-    finally:
-        training._recipe = base
+    return mock.patch.object(training, "_recipe", recipe)
 
 
 def _load_resplit(

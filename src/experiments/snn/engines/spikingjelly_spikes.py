@@ -1,12 +1,8 @@
 """The spike and energy measurement (snn/spikes.py) inside a library's loop: at each of its
 evaluations, on every rank alike, through the loop's own evaluation forward (or, under a
 pipeline, its evaluation schedule), the counts combined on rank 0 into the run's record.
-
-What it reads of the loop's frame (spikingjelly_loop.py lists them as EVALUATION_LOCALS):
-the model, `evaluation_step` (the library's evaluation forward), `evaluation_schedule` and
-`precision` under PP, `validation_loader` (its dataset), `config` (its batch size and model),
-`dp_group`. The classic Trainer (engines/classify.py) hands the same names from its
-`evaluate`.
+It reads the loop's frame (spikingjelly_loop.py's EVALUATION_LOCALS); the classic Trainer
+(engines/classify.py) hands the same names from its `evaluate`.
 """
 
 from __future__ import annotations

@@ -177,9 +177,8 @@ def parameter_count(config: ModelConfig) -> int:
 def build_single_process_model(
     config: ModelConfig, device: torch.device, micro_batch_size: int
 ) -> torch.nn.Module:
-    """The whole model (one process, one stage) from a ModelConfig's builder, as the CPU
-    engine builds it: the classic Trainer and experiments-eval use the same model the
-    default engine trains from the same config."""
+    """The whole model (one process, one stage) from a ModelConfig's builder: the classic
+    Trainer and experiments-eval use the same model the default engine trains."""
     from spikingjelly.activation_based import functional
 
     model, _, _, _ = config.get_builder_cls()(config).build(

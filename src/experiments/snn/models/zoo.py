@@ -1,20 +1,12 @@
 """SpikingJelly's model-zoo classifiers (spiking_resnet, spiking_vgg, sew_resnet) built by
 their own factory functions.
 
-SpikingJelly's distributed-vision seam is a ModelConfig that names a ModelBuilder. The zoo's
-factories have no config of their own, so `ZooModelConfig` names the factory
-(`spikingjelly.activation_based.model.spiking_resnet.spiking_resnet18`, ...) and
-`ZooModelBuilder` calls it: SpikingJelly's `train_classification` and the
-classic Trainer both build the model through the same builder.
-
-The neuron is SpikingJelly's own serialisable `NeuronConfig` (a class path and its arguments,
-a surrogate class path and its arguments), so the config round-trips through
-`TrainingConfig.as_dict()/from_dict()` and a checkpoint's `config.json`. The model group
-spells it as Hydra users expect, `model.neuron._target_` and `model.surrogate._target_`;
-`ZooModelConfig.group_values` translates, refusing what can never build.
-
-The factories build the whole model: there is no channel-TP shard or pipeline split for them
-(SpikingJelly's builder does that for SEW-ResNet18/34 only: `model=sew_resnet18|34`).
+The zoo's factories have no ModelConfig of their own, so `ZooModelConfig` names the factory
+and `ZooModelBuilder` calls it: both SNN engines build through the same builder. The neuron
+is SpikingJelly's serialisable `NeuronConfig`, so the config round-trips through
+`TrainingConfig.as_dict()/from_dict()` and a checkpoint's `config.json`;
+`ZooModelConfig.group_values` translates the Hydra spelling (`model.neuron._target_`).
+There is no TP shard or PP split for them (SpikingJelly's builder has one for SEW-ResNet only).
 """
 
 from __future__ import annotations
