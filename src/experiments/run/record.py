@@ -39,17 +39,9 @@ COMMAND_ENV = "EXPERIMENTS_COMMAND"  # the user's command, handed to torchrun wo
 # report) naming the package version that wrote it; older ones are read.
 RECORD_FORMAT = 1
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
-PACKAGES = (
-    "experiments",
-    "torch",
-    "torchvision",
-    "spikingjelly",
-    "hydra-core",
-    "omegaconf",
-    "submitit",
-    "hydra-submitit-launcher",
-    "mmcv-full",
-    "mmgen",
+PACKAGES = tuple(
+    "experiments torch torchvision spikingjelly hydra-core omegaconf submitit"  # noqa: SIM905
+    " hydra-submitit-launcher mmcv-full mmgen".split()
 )
 
 
