@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.run.record import git
+
 # The job's environment names its snapshot; the run records it in summary.json (job_record).
 ENV = "EXPERIMENTS_SNAPSHOT"
 FOLDER = ".snapshot"
@@ -40,18 +42,8 @@ def package_dir() -> Path:
 
 
 def git_root(cwd: Path) -> Path | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel"],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    top = out.stdout.strip()
-    return Path(top).resolve() if out.returncode == 0 and top else None
+    top = (git(cwd, "rev-parse", "--show-toplevel", timeout=30) or "").strip()
+    return Path(top).resolve() if top else None
 
 
 def _git(root: Path, *args: str) -> str:

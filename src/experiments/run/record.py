@@ -334,25 +334,23 @@ def versions() -> dict[str, str | None]:
     return found
 
 
-def git_commit(directory: str) -> str | None:
+def git(cwd: str | Path, *args: str, timeout: float) -> str | None:
+    """git's output, or None where git is missing, fails or runs past timeout."""
     try:
-        commit = subprocess.run(
-            ["git", "-C", directory, "rev-parse", "HEAD"],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", directory, "status", "--porcelain", "-uno"],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout
+        out = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+        )
     except (OSError, subprocess.SubprocessError):
         return None
-    return commit + ("-dirty" if dirty.strip() else "")
+    return out.stdout if out.returncode == 0 else None
+
+
+def git_commit(directory: str) -> str | None:
+    commit = git(directory, "rev-parse", "HEAD", timeout=5)
+    dirty = None if commit is None else git(directory, "status", "--porcelain", "-uno", timeout=5)
+    if dirty is None:
+        return None
+    return commit.strip() + ("-dirty" if dirty.strip() else "")
 
 
 def user_command() -> str:
