@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -62,9 +62,17 @@ class RunInfo:
         return self.sweep_dir or self.run_dir
 
 
-class Logger(Protocol):
+class Logger:
+    """A logger module's `make(settings, info)` returns one; what it does not override does
+    nothing (artefacts stay where the run wrote them). Optional `truncate` and `histogram` are
+    looked for with hasattr (run/record.py)."""
+
     name: str
-    uses_mmcv_hook: bool  # GAN runs: per-iteration metrics come from mmcv's hook
+
+    def __init__(self, settings: dict[str, Any], info: RunInfo) -> None:
+        self.settings = settings
+        self.info = info
+        self.uses_mmcv_hook = info.logs_through_mmcv  # GAN runs: per-iteration metrics via mmcv
 
     def start(self) -> None: ...
     def log(self, metrics: dict[str, float], step: int) -> None: ...
