@@ -19,7 +19,6 @@ recorded in the directory's cancelled.json, and those points show `cancelled` fr
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -33,7 +32,7 @@ from typing import Any
 
 from experiments import tool_cli
 from experiments.families import for_summary
-from experiments.run.record import read_records
+from experiments.run.record import read_json, read_records
 
 COLUMNS = ("point", "state", "progress", "last loss", "objective", "note")
 QUEUED = ("running", "starting")  # states whose Slurm job squeue is asked about
@@ -47,23 +46,15 @@ ACTIVE = frozenset(
 )
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def submitted(path: Path) -> dict[str, dict[str, Any]]:
     """The points a Slurm submission queued, by number: {"job_id", "overrides"}."""
-    points = _read_json(path / SUBMITTED).get("points")
+    points = (read_json(path / SUBMITTED) or {}).get("points")
     return points if isinstance(points, dict) else {}
 
 
 def submissions(path: Path) -> list[dict[str, Any]]:
     """Each submission to the sweep, oldest first: {"at", "command", "arrays", ...}."""
-    found = _read_json(path / SUBMITTED).get("submissions")
+    found = (read_json(path / SUBMITTED) or {}).get("submissions")
     return found if isinstance(found, list) else []
 
 
@@ -267,7 +258,7 @@ def table(path: Path, problems: list[str] | None = None) -> str:
                 problems.append(str(error))
     unstarted = [job_of(d, {}, points) for d in records if not d.exists()]
     accounted = slurm_accounting(path, [j for j in unstarted if j and j not in queue])
-    cancelled = _read_json(path / CANCELLED)
+    cancelled = read_json(path / CANCELLED) or {}
     rows = [
         point_row(run_dir, found, queue, accounted, cancelled, points)
         for run_dir, found in records.items()
@@ -283,7 +274,7 @@ def table(path: Path, problems: list[str] | None = None) -> str:
         f"{len(rows)} point(s): " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
     )
     if list(records) == [path]:  # one run: the command that continues it, while it is unfinished
-        summary = _read_json(path / "summary.json")
+        summary = read_json(path / "summary.json") or {}
         if summary.get("status") != "completed" and summary.get("resume_command"):
             lines.append(f"resume (once stopped): {summary['resume_command']}")
     return "\n".join(lines)
@@ -306,7 +297,7 @@ def cancel(path: Path) -> str:
             raise SlurmNotAnswering(f"scancel {job.job_id}: exit {error.returncode}") from None
         except OSError as error:
             raise SlurmNotAnswering(f"scancel: {error}") from None
-    record = _read_json(path / CANCELLED)
+    record = read_json(path / CANCELLED) or {}
     stopped = [d.name for d in records if job_of(d, records[d]["summary"] or {}, points) in live]
     record = {
         "at": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -17,7 +17,6 @@ The point's value is NaN (Optuna marks the trial failed); the report decides the
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -31,7 +30,7 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.run import failures
-from experiments.run.record import read_summary, write_json_atomic
+from experiments.run.record import read_json, read_summary, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -172,10 +171,7 @@ def record_submission(
     from experiments.status import SUBMITTED
 
     path = sweep_dir / SUBMITTED
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        record = {"points": {}, "submissions": []}
+    record = read_json(path) or {"points": {}, "submissions": []}
     arrays = sorted({str(job.job_id).split("_")[0] for job in jobs}, key=int)
     record["submissions"].append(
         {

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.run.record import git
+from experiments.run.record import git, read_json
 
 # The job's environment names its snapshot; the run records it in summary.json (job_record).
 ENV = "EXPERIMENTS_SNAPSHOT"
@@ -134,9 +134,8 @@ def recorded() -> dict[str, Any] | None:
     folder = os.environ.get(ENV)
     if not folder:
         return None
-    try:
-        record = json.loads((Path(folder) / RECORD).read_text())
-    except (OSError, ValueError):
+    record = read_json(Path(folder) / RECORD)
+    if record is None:
         record = {"path": folder, "problem": "snapshot record unreadable"}
     record["imported_from"] = str(package_dir())
     return record

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from experiments.run.record import METRICS, STEPS, atomically, read_jsonl, read_records
+from experiments.run.record import METRICS, STEPS, atomically, read_json, read_jsonl, read_records
 
 INDEX = ".report_index.json"
 INDEX_VERSION = 4
@@ -192,10 +192,7 @@ def _split(override: str) -> tuple[str, str]:
 
 
 def _read_index(path: Path) -> dict[str, Any]:
-    try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {"version": INDEX_VERSION}
+    index = read_json(path) or {}
     return index if index.get("version") == INDEX_VERSION else {"version": INDEX_VERSION}
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import distributed_env
-from experiments.run.record import atomically
+from experiments.run.record import atomically, read_json
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +83,7 @@ def clear(run_dir: Path) -> None:
 
 def read(run_dir: Path, of_attempt: str | None = None) -> list[dict[str, Any]]:
     """The failure records of `of_attempt` (of the newest attempt when None), oldest first."""
-    records = []
-    for path in sorted((run_dir / FOLDER).glob("rank_*.json")):
-        try:
-            records.append(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            continue
+    records = [r for p in sorted((run_dir / FOLDER).glob("rank_*.json")) if (r := read_json(p))]
     if not records:
         return []
     wanted = of_attempt or max(records, key=lambda r: r["time"])["attempt"]

@@ -260,12 +260,17 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], str | None]:
     return records, f"{Path(path).name}: {where} not a JSON record (cut short?); skipped"
 
 
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object's file; None where it is missing, unreadable or not an object."""
     try:
-        summary = json.loads((run_dir / SUMMARY).read_text(encoding="utf-8"))
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return summary if isinstance(summary, dict) else None
+    return value if isinstance(value, dict) else None
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    return read_json(run_dir / SUMMARY)
 
 
 def read_records(run_dir: Path, logs: bool = True) -> dict[str, Any]:
