@@ -1,19 +1,14 @@
-"""experiments-status: where each point of a sweep (or one run) stands, in one table.
+"""experiments-status: where each point of a sweep (or one run) stands, in one table
+(docs/launchers.md).
 
-Read from the run directories (the truth every point writes from its own process or job) and,
-for Slurm points still queued or running, from squeue where it answers: pending with Slurm's
-reason, running at a step with its last loss, completed with the objective, failed with its
-one-line error, interrupted, pruned, cancelled. A point whose Slurm job has not started yet has
-no directory: the sweep's submitted.json (written at submission, launchers/slurm_jobs.py) names
-it and its job. A record cut short or written by another version is that point's problem (one
-line), never an error of the command (run/record.read_records). It writes nothing and exits 0
-whatever the points' states, except where Slurm was needed and did not answer (squeue
-failing for points whose jobs are not finished): the table from the run directories, one line
-saying so, exit 1. `--watch S` redraws every S seconds.
-
-`--cancel` cancels (scancel) the Slurm jobs of every point not finished: pending ones never
-start, running ones get Slurm's SIGTERM (a checkpoint, then `interrupted`). What it cancelled is
-recorded in the directory's cancelled.json, and those points show `cancelled` from then on.
+Read from the run directories (the truth every point writes from its own process or job),
+submitted.json for points whose Slurm job has not started (no directory yet), and squeue for
+points still queued or running. A record cut short or written by another version is that
+point's problem (one line), never an error of the command. It writes nothing and exits 0
+whatever the points' states, except where squeue was needed and did not answer: the table from
+the run directories, one line saying so, exit 1. `--cancel` scancels the jobs of the points not
+finished (running ones checkpoint, then `interrupted`) and records them in cancelled.json, so
+those points show `cancelled` from then on.
 """
 
 from __future__ import annotations
@@ -26,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -267,9 +263,7 @@ def table(path: Path, problems: list[str] | None = None) -> str:
     lines = ["  ".join(c.ljust(widths.get(c, 0)) for c in COLUMNS).rstrip()]
     for row in rows:
         lines.append("  ".join(row[c].ljust(widths.get(c, 0)) for c in COLUMNS).rstrip())
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row["state"]] = counts.get(row["state"], 0) + 1
+    counts = Counter(row["state"] for row in rows)
     lines.append(
         f"{len(rows)} point(s): " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
     )
