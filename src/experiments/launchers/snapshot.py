@@ -1,19 +1,14 @@
 """The code a Slurm submission's jobs run: a copy made at submission, not what is installed
-when a job starts.
+when a job starts (what is copied and recorded: docs/launchers.md).
 
 A job of a long sweep may wait hours in the queue; without a copy it imports whatever the
 experiments package (and the user's project) are when it starts, so an edit or a reinstall made
 meanwhile reaches part of the sweep. As submitit's RsyncSnapshot does for a git checkout, the
-login copies, into `<sweep dir>/.snapshot/<when>/`:
-- `site/experiments`: the installed experiments package the login itself imported;
-- `project/`: when the command runs inside a git checkout, its tracked files as they are on
-  disk (uncommitted edits included, recorded as `project.diff`), and the entries of the
-  login's PYTHONPATH that lie in the checkout point into the copy instead.
-The sbatch script's setup puts the copy first on PYTHONPATH (`setup_lines`), so the job's
-interpreter, torchrun's ranks and every srun task import from it. One directory per
-submission: a continued sweep's new jobs take a new copy and the waiting ones keep theirs.
-hydra_plugins (Hydra's plugin namespace) is not copied: the launcher plugin only dispatches to
-experiments.launchers, which is. `launcher.snapshot=false` turns it off.
+login copies the installed package and the checkout's tracked files into
+`<sweep dir>/.snapshot/<when>/`, and the login's PYTHONPATH entries that lie in the checkout
+point into the copy. One directory per submission: a continued sweep's new jobs take a new copy
+and the waiting ones keep theirs. hydra_plugins (Hydra's plugin namespace) is not copied: the
+launcher plugin only dispatches to experiments.launchers, which is.
 """
 
 from __future__ import annotations
