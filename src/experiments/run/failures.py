@@ -1,16 +1,13 @@
-"""Which rank of a multi-rank run failed, and why: the dead rank's error, not its peers' echo.
+"""Which rank of a multi-rank run failed, and why: the dead rank's error, not its peers' echo
+(what the run reports: docs/topologies.md).
 
 When one rank dies, its peers fail a moment later with errors that only say a peer went away
 ("Connection closed by peer"), or, when it died before they connected, they wait in the
 rendezvous until its timeout (30 minutes). So every rank that fails writes
-`failures/rank_<k>.json` (its error, node and log) before it exits, and every rank of a
-multi-rank run watches that folder (`Watchdog`): when a peer of the same attempt has failed,
-the rank stops at once, rank 0 after naming the dead rank's error and log in summary.json.
-The launching process (torchrun's login, Slurm's) reads the same records when a job ends
-without a summary that says why.
-
-The run directory is shared by every rank (one run, one directory), so this needs nothing but
-the filesystem: it works for torchrun and Slurm, on one node or many, on gloo and NCCL.
+`failures/rank_<k>.json` before it exits, and every rank of a multi-rank run watches that
+folder (`Watchdog`). The launching process (torchrun's login, Slurm's) reads the same records
+when a job ends without a summary that says why. The run directory is shared by every rank, so
+this needs nothing but the filesystem: torchrun and Slurm, one node or many, gloo and NCCL.
 """
 
 from __future__ import annotations
