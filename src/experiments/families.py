@@ -1,15 +1,13 @@
-"""The family seam: the one place outside `snn/` and `gan/` that knows model families exist.
+"""The family seam: the one place outside `snn/` and `gan/` that knows model families exist
+(ARCHITECTURE.md).
 
 A family (spiking networks on SpikingJelly, GANs on MMGeneration, or one a user adds) is one
 `Family` object: which models it owns, its engines (name -> module), how it plans a run, the
 metric a search optimises, what the report draws, what a finished run prints and hands its
-loggers, how a recorded run is evaluated and sampled. Everything else (train.py, plan.py,
-launchers, loggers, report, status, sweepers, evaluate) asks this module, never a family
-package or an engine name, so adding a family is one module and one line here (or, for a
-package of your own, one entry point in the `experiments.families` group).
-
-Families are loaded lazily: the built-in ones by module name, so `import experiments` does
-not import torch, SpikingJelly or MMGen.
+loggers, how a recorded run is evaluated and sampled. Adding a family is one module and one
+line here (or, for a package of your own, one entry point in the `experiments.families`
+group). Families are loaded lazily: the built-in ones by module name, so `import experiments`
+does not import torch, SpikingJelly or MMGen.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
-"""The environment a run's ranks will meet, checked before the queue and again on the node.
+"""The environment a run's ranks will meet, checked before the queue and again on the node
+(the checks, and where each runs: docs/launchers.md, Preflight).
 
 "Fail before launch" covers the config (plan.py); the costly failures on a GPU cluster come
-from the machine after hours in the queue: a neuron kernel that is not there, no NCCL, fewer
-GPUs than ranks, mmcv-full without its compiled ops, a dataset the compute nodes do not see,
-checkpoints that do not fit, a run directory on a node-local disk. Each check answers where
-it can: the launching process for local and torchrun runs; for Slurm, the login for what it
-can see (software, data root, free space) and each task again before it trains (its GPUs, the
-data the login counted, the space, and a token the login wrote into the run's directory,
-which a task on another filesystem does not find). A failure is one line naming what is
-missing and how to fix it; `experiments-doctor` prints them all as a table.
+from the machine after hours in the queue. Each check answers where it can: the launching
+process for local and torchrun runs; for Slurm, the login for what it can see and each task
+again before it trains, with a token the login wrote into the run's directory, which a task
+on another filesystem does not find. A failure is one line naming what is missing and how to
+fix it; `experiments-doctor` prints them all as a table.
 """
 
 from __future__ import annotations

@@ -1,25 +1,19 @@
-"""experiments-status: where each point of a sweep (or one run) stands, in one table.
+"""experiments-status: where each point of a sweep (or one run) stands, in one table
+(docs/launchers.md).
 
-Read from the run directories (the truth every point writes from its own process or job) and,
-for Slurm points still queued or running, from squeue where it answers: pending with Slurm's
-reason, running at a step with its last loss, completed with the objective, failed with its
-one-line error, interrupted, pruned, cancelled. A point whose Slurm job has not started yet has
-no directory: the sweep's submitted.json (written at submission, launchers/slurm_jobs.py) names
-it and its job. A record cut short or written by another version is that point's problem (one
-line), never an error of the command (run/record.read_records). It writes nothing and exits 0
-whatever the points' states, except where Slurm was needed and did not answer (squeue
-failing for points whose jobs are not finished): the table from the run directories, one line
-saying so, exit 1. `--watch S` redraws every S seconds.
-
-`--cancel` cancels (scancel) the Slurm jobs of every point not finished: pending ones never
-start, running ones get Slurm's SIGTERM (a checkpoint, then `interrupted`). What it cancelled is
-recorded in the directory's cancelled.json, and those points show `cancelled` from then on.
+Read from the run directories (the truth every point writes from its own process or job),
+submitted.json for points whose Slurm job has not started (no directory yet), and squeue for
+points still queued or running. A record cut short or written by another version is that
+point's problem (one line), never an error of the command. It writes nothing and exits 0
+whatever the points' states, except where squeue was needed and did not answer: the table from
+the run directories, one line saying so, exit 1. `--cancel` scancels the jobs of the points not
+finished (running ones checkpoint, then `interrupted`) and records them in cancelled.json, so
+those points show `cancelled` from then on.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -27,13 +21,14 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from experiments import tool_cli
 from experiments.families import for_summary
-from experiments.run.record import read_records
+from experiments.run.record import read_json, read_records
 
 COLUMNS = ("point", "state", "progress", "last loss", "objective", "note")
 QUEUED = ("running", "starting")  # states whose Slurm job squeue is asked about
@@ -41,39 +36,21 @@ FINAL = ("completed", "failed", "pruned")  # a point in one of these has nothing
 SUBMITTED = "submitted.json"  # written at submission by launchers/slurm_jobs.py
 CANCELLED = "cancelled.json"
 # Slurm job states of a job still in the queue (squeue -t's names, lower case).
-ACTIVE = (
-    "pending",
-    "running",
-    "configuring",
-    "completing",
-    "suspended",
-    "requeued",
-    "requeue_hold",
-    "requeue_fed",
-    "resizing",
-    "signaling",
-    "stage_out",
-    "stopped",
+ACTIVE = frozenset(
+    "pending running configuring completing suspended requeued requeue_hold requeue_fed resizing"  # noqa: SIM905
+    " signaling stage_out stopped".split()
 )
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def submitted(path: Path) -> dict[str, dict[str, Any]]:
     """The points a Slurm submission queued, by number: {"job_id", "overrides"}."""
-    points = _read_json(path / SUBMITTED).get("points")
+    points = (read_json(path / SUBMITTED) or {}).get("points")
     return points if isinstance(points, dict) else {}
 
 
 def submissions(path: Path) -> list[dict[str, Any]]:
     """Each submission to the sweep, oldest first: {"at", "command", "arrays", ...}."""
-    found = _read_json(path / SUBMITTED).get("submissions")
+    found = (read_json(path / SUBMITTED) or {}).get("submissions")
     return found if isinstance(found, list) else []
 
 
@@ -277,7 +254,7 @@ def table(path: Path, problems: list[str] | None = None) -> str:
                 problems.append(str(error))
     unstarted = [job_of(d, {}, points) for d in records if not d.exists()]
     accounted = slurm_accounting(path, [j for j in unstarted if j and j not in queue])
-    cancelled = _read_json(path / CANCELLED)
+    cancelled = read_json(path / CANCELLED) or {}
     rows = [
         point_row(run_dir, found, queue, accounted, cancelled, points)
         for run_dir, found in records.items()
@@ -286,14 +263,12 @@ def table(path: Path, problems: list[str] | None = None) -> str:
     lines = ["  ".join(c.ljust(widths.get(c, 0)) for c in COLUMNS).rstrip()]
     for row in rows:
         lines.append("  ".join(row[c].ljust(widths.get(c, 0)) for c in COLUMNS).rstrip())
-    counts: dict[str, int] = {}
-    for row in rows:
-        counts[row["state"]] = counts.get(row["state"], 0) + 1
+    counts = Counter(row["state"] for row in rows)
     lines.append(
         f"{len(rows)} point(s): " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
     )
     if list(records) == [path]:  # one run: the command that continues it, while it is unfinished
-        summary = _read_json(path / "summary.json")
+        summary = read_json(path / "summary.json") or {}
         if summary.get("status") != "completed" and summary.get("resume_command"):
             lines.append(f"resume (once stopped): {summary['resume_command']}")
     return "\n".join(lines)
@@ -316,7 +291,7 @@ def cancel(path: Path) -> str:
             raise SlurmNotAnswering(f"scancel {job.job_id}: exit {error.returncode}") from None
         except OSError as error:
             raise SlurmNotAnswering(f"scancel: {error}") from None
-    record = _read_json(path / CANCELLED)
+    record = read_json(path / CANCELLED) or {}
     stopped = [d.name for d in records if job_of(d, records[d]["summary"] or {}, points) in live]
     record = {
         "at": time.strftime("%Y-%m-%d %H:%M:%S"),

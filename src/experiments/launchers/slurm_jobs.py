@@ -1,23 +1,18 @@
 """The login side of a Slurm sweep: submit the points as one job array, wait, and read how each
 job ended into its run directory.
 
-hydra-submitit-launcher's own `launch` (which this follows step by step) ends with
-`[job.results()[0] for job in jobs]`: the first job that did not return, because one of its
-ranks died, the time limit killed it, or it stopped after its last allowed requeue, raises
-there, a traceback replaces the sweep's outcome and the other points' results are lost. Here
-each job's end is read on its own:
-- the job's rank 0 recorded the outcome (completed, failed with the dead rank's error,
-  interrupted): kept as it is;
-- rank 0 could not record it (killed with its job): the run is recorded as failed with the
-  dead rank's own record (run/failures.py) or, when no rank wrote one (a SIGKILL, an OOM
-  kill), Slurm's word for the job from submitit, and the task's log.
-The point's value is NaN (Optuna marks the trial failed); the report decides the exit status.
+hydra-submitit-launcher's own `launch` (followed here step by step) ends with
+`[job.results()[0] for job in jobs]`: the first job that did not return (a rank died, the time
+limit killed it, its last allowed requeue was used) raises there, and a traceback replaces the
+sweep's outcome. Here each job's end is read on its own: what its rank 0 recorded, else failed
+with the dead rank's own record (run/failures.py) or, when no rank wrote one (a SIGKILL, an OOM
+kill), Slurm's word for the job and the task's log. Its value is then NaN (Optuna marks the
+trial failed); the report decides the exit status.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -31,7 +26,7 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.run import failures
-from experiments.run.record import read_summary, write_json_atomic
+from experiments.run.record import read_json, read_summary, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -172,10 +167,7 @@ def record_submission(
     from experiments.status import SUBMITTED
 
     path = sweep_dir / SUBMITTED
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        record = {"points": {}, "submissions": []}
+    record = read_json(path) or {"points": {}, "submissions": []}
     arrays = sorted({str(job.job_id).split("_")[0] for job in jobs}, key=int)
     record["submissions"].append(
         {

@@ -1,19 +1,14 @@
 """The code a Slurm submission's jobs run: a copy made at submission, not what is installed
-when a job starts.
+when a job starts (what is copied and recorded: docs/launchers.md).
 
 A job of a long sweep may wait hours in the queue; without a copy it imports whatever the
 experiments package (and the user's project) are when it starts, so an edit or a reinstall made
 meanwhile reaches part of the sweep. As submitit's RsyncSnapshot does for a git checkout, the
-login copies, into `<sweep dir>/.snapshot/<when>/`:
-- `site/experiments`: the installed experiments package the login itself imported;
-- `project/`: when the command runs inside a git checkout, its tracked files as they are on
-  disk (uncommitted edits included, recorded as `project.diff`), and the entries of the
-  login's PYTHONPATH that lie in the checkout point into the copy instead.
-The sbatch script's setup puts the copy first on PYTHONPATH (`setup_lines`), so the job's
-interpreter, torchrun's ranks and every srun task import from it. One directory per
-submission: a continued sweep's new jobs take a new copy and the waiting ones keep theirs.
-hydra_plugins (Hydra's plugin namespace) is not copied: the launcher plugin only dispatches to
-experiments.launchers, which is. `launcher.snapshot=false` turns it off.
+login copies the installed package and the checkout's tracked files into
+`<sweep dir>/.snapshot/<when>/`, and the login's PYTHONPATH entries that lie in the checkout
+point into the copy. One directory per submission: a continued sweep's new jobs take a new copy
+and the waiting ones keep theirs. hydra_plugins (Hydra's plugin namespace) is not copied: the
+launcher plugin only dispatches to experiments.launchers, which is.
 """
 
 from __future__ import annotations
@@ -26,6 +21,8 @@ import subprocess
 import time
 from pathlib import Path
 from typing import Any
+
+from experiments.run.record import git, read_json
 
 # The job's environment names its snapshot; the run records it in summary.json (job_record).
 ENV = "EXPERIMENTS_SNAPSHOT"
@@ -40,18 +37,8 @@ def package_dir() -> Path:
 
 
 def git_root(cwd: Path) -> Path | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel"],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    top = out.stdout.strip()
-    return Path(top).resolve() if out.returncode == 0 and top else None
+    top = (git(cwd, "rev-parse", "--show-toplevel", timeout=30) or "").strip()
+    return Path(top).resolve() if top else None
 
 
 def _git(root: Path, *args: str) -> str:
@@ -142,9 +129,8 @@ def recorded() -> dict[str, Any] | None:
     folder = os.environ.get(ENV)
     if not folder:
         return None
-    try:
-        record = json.loads((Path(folder) / RECORD).read_text())
-    except (OSError, ValueError):
+    record = read_json(Path(folder) / RECORD)
+    if record is None:
         record = {"path": folder, "problem": "snapshot record unreadable"}
     record["imported_from"] = str(package_dir())
     return record

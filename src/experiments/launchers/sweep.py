@@ -136,9 +136,7 @@ def _as_one_array(plans: list[Any], launcher: dict[str, Any], points: int) -> No
 def _slurm_login_catches_ctrl_c(sweep_dir: Path) -> None:
     """Ctrl-C at the login of a blocking Slurm sweep: the jobs are Slurm's, not this
     process's children, so they are left running (a stray Ctrl-C never throws away cluster
-    work). The report is written as it stands, and the message names the jobs, how to stop
-    them (scancel: their running points checkpoint and end `interrupted`, pending ones never
-    start) and that the same command continues the sweep."""
+    work); the report is written as it stands, and the message says how to stop them."""
     import signal
 
     from experiments import status

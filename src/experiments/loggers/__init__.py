@@ -1,18 +1,12 @@
-"""Logger group: the experiment loggers a run writes to. `conf/logger/<name>.yaml` ->
-`loggers/<name>.py`; `logger=[a,b]` selects several (each keeps its settings under
-`logger.<name>.*`).
+"""Logger group: `conf/logger/<name>.yaml` -> `loggers/<name>.py`; `logger=[a,b]` selects
+several (each keeps its settings under `logger.<name>.*`). What every logger gets:
+docs/loggers.md.
 
-Every logger gets the same things: the resolved config as flat parameters, the run's tags
-(model, data, topology, launcher, engine, sweep, point), every metric we record with its step,
-the final metrics, and artefacts (the plan, GAN sample grids, a sweep's report). SNN runs log
-from rank 0 through the run recorder (run/record.py). GAN runs log their per-iteration
-metrics through mmcv's own logger hooks, added to the recipe's `log_config` (`mmcv_hook`);
-the logger then adds only what mmcv does not log (parameters, tags, final metrics,
-artefacts) to the same run.
-
-Nothing here may stop a run half-way: `validate` refuses what cannot work before launch (a
-missing package, an unreachable URI, a bad setting), and a logger error during the run is
-logged once and that logger is dropped.
+SNN runs log from rank 0 through the run recorder (run/record.py). GAN runs log their
+per-iteration metrics through mmcv's own logger hooks, added to the recipe's `log_config`
+(`mmcv_hook`); the logger then adds only what mmcv does not log to the same run. Nothing here
+may stop a run half-way: `validate` refuses what cannot work before launch, and a logger error
+during the run is logged once and that logger is dropped.
 """
 
 from __future__ import annotations
@@ -24,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -62,9 +56,17 @@ class RunInfo:
         return self.sweep_dir or self.run_dir
 
 
-class Logger(Protocol):
+class Logger:
+    """A logger module's `make(settings, info)` returns one; what it does not override does
+    nothing (artefacts stay where the run wrote them). Optional `truncate` and `histogram` are
+    looked for with hasattr (run/record.py)."""
+
     name: str
-    uses_mmcv_hook: bool  # GAN runs: per-iteration metrics come from mmcv's hook
+
+    def __init__(self, settings: dict[str, Any], info: RunInfo) -> None:
+        self.settings = settings
+        self.info = info
+        self.uses_mmcv_hook = info.logs_through_mmcv  # GAN runs: per-iteration metrics via mmcv
 
     def start(self) -> None: ...
     def log(self, metrics: dict[str, float], step: int) -> None: ...

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import csv
 import os
-from pathlib import Path
 from typing import Any
 
-from experiments.loggers import RunInfo
+from experiments.loggers import Logger, RunInfo
 from experiments.run.record import atomically
 
 
@@ -20,12 +19,14 @@ def validate(settings: dict[str, Any]) -> None:
         raise ConfigError("logger.csv.dir", folder, "a folder name inside the run directory")
 
 
-class CSVLogger:
+class CSVLogger(Logger):
+    """Every row is on disk as it is logged; the final metrics are the run's summary.json."""
+
     name = "csv"
-    uses_mmcv_hook = False  # mmcv has no CSV hook: GAN metrics come through the recorder
 
     def __init__(self, settings: dict[str, Any], info: RunInfo) -> None:
-        self.info = info
+        super().__init__(settings, info)
+        self.uses_mmcv_hook = False  # mmcv has no CSV hook: GAN metrics come through the recorder
         self.folder = info.run_dir / settings.get("dir", "csv")
         self.path = self.folder / "metrics.csv"
         self.columns: list[str] = ["step"]
@@ -70,15 +71,5 @@ class CSVLogger:
             self.rows = kept
             self._rewrite()
 
-    def artifact(self, path: Path) -> None:
-        """Files stay where the run wrote them."""
 
-    def finish(self, status: str, metrics: dict[str, float]) -> None:
-        """Every row is on disk already; the final metrics are the run's summary.json."""
-
-    def mmcv_hook(self, interval: int) -> dict[str, Any] | None:
-        return None
-
-
-def make(settings: dict[str, Any], info: RunInfo) -> CSVLogger:
-    return CSVLogger(settings, info)
+make = CSVLogger

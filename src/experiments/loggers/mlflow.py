@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from experiments.errors import ConfigError
-from experiments.loggers import RunInfo
+from experiments.loggers import Logger, RunInfo
 
 DATABASE = "mlflow.db"
 ARTIFACTS = "mlruns"
@@ -71,13 +71,11 @@ def _experiment(client: Any, name: str, store_dir: Path) -> str:
         return found.experiment_id
 
 
-class MLflowLogger:
+class MLflowLogger(Logger):
     name = "mlflow"
 
     def __init__(self, settings: dict[str, Any], info: RunInfo) -> None:
-        self.settings = settings
-        self.info = info
-        self.uses_mmcv_hook = info.logs_through_mmcv
+        super().__init__(settings, info)
         self.uri = tracking_uri(settings, info.store_dir)
         self.client: Any = None
         self.run_id: str | None = None
@@ -140,8 +138,7 @@ def _key(name: str) -> str:
     return "".join(c if c.isalnum() or c in "_-./ " else "_" for c in name)
 
 
-def make(settings: dict[str, Any], info: RunInfo) -> MLflowLogger:
-    return MLflowLogger(settings, info)
+make = MLflowLogger
 
 
 def prepare_sweep(settings: dict[str, Any], sweep_dir: Path) -> None:

@@ -3,10 +3,9 @@ final metrics), so a sweep compares in TensorBoard's HParams tab (`--logdir <swe
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from experiments.loggers import RunInfo
+from experiments.loggers import Logger, RunInfo
 
 DIRNAME = "tensorboard"
 
@@ -18,13 +17,14 @@ def validate(settings: dict[str, Any]) -> None:
         raise ConfigError("logger.tensorboard.hparams", settings["hparams"], "true or false")
 
 
-class TensorBoardLogger:
+class TensorBoardLogger(Logger):
+    """The event file is created with the first scalar; artefacts stay in the run directory
+    (TensorBoard shows scalars and hparams only)."""
+
     name = "tensorboard"
 
     def __init__(self, settings: dict[str, Any], info: RunInfo) -> None:
-        self.settings = settings
-        self.info = info
-        self.uses_mmcv_hook = info.logs_through_mmcv
+        super().__init__(settings, info)
         self.log_dir = info.run_dir / DIRNAME
         self._writer: Any = None
 
@@ -35,9 +35,6 @@ class TensorBoardLogger:
             self._writer = SummaryWriter(str(self.log_dir))
         return self._writer
 
-    def start(self) -> None:
-        """Nothing yet: the event file is created with the first scalar."""
-
     def log(self, metrics: dict[str, float], step: int) -> None:
         for tag, value in metrics.items():
             self.writer().add_scalar(tag, value, step)
@@ -46,9 +43,6 @@ class TensorBoardLogger:
         import numpy
 
         self.writer().add_histogram(tag, numpy.asarray(values, dtype=float), step)
-
-    def artifact(self, path: Path) -> None:
-        """Files stay in the run directory; TensorBoard shows scalars and hparams only."""
 
     def finish(self, status: str, metrics: dict[str, float]) -> None:
         if self.settings.get("hparams", True) and status == "completed":
@@ -71,5 +65,4 @@ class TensorBoardLogger:
         )
 
 
-def make(settings: dict[str, Any], info: RunInfo) -> TensorBoardLogger:
-    return TensorBoardLogger(settings, info)
+make = TensorBoardLogger

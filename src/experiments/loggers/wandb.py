@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.errors import ConfigError
-from experiments.loggers import RunInfo
+from experiments.loggers import Logger, RunInfo
 
 MODES = ("offline", "online", "disabled")
 
@@ -58,13 +58,11 @@ def init_kwargs(settings: dict[str, Any], info: RunInfo) -> dict[str, Any]:
     )
 
 
-class WandbLogger:
+class WandbLogger(Logger):
     name = "wandb"
 
     def __init__(self, settings: dict[str, Any], info: RunInfo) -> None:
-        self.settings = settings
-        self.info = info
-        self.uses_mmcv_hook = info.logs_through_mmcv
+        super().__init__(settings, info)
         self.kwargs = init_kwargs(settings, info)
         self.run: Any = None
 
@@ -95,8 +93,7 @@ class WandbLogger:
         )
 
 
-def make(settings: dict[str, Any], info: RunInfo) -> WandbLogger:
-    return WandbLogger(settings, info)
+make = WandbLogger
 
 
 def log_sweep_report(settings: dict[str, Any], sweep_dir: Path, files: list[Path]) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -107,10 +108,7 @@ def write_report(
     by_name = {row["point"]: row for row in table}
     ranked = [by_name[p["point"]] for p, _ in figs.scored(points, fam)]
     best, worst = (ranked[0], ranked[-1]) if ranked else (None, None)
-    counts = {
-        status: sum(r["status"] == status for r in table)
-        for status in sorted({r["status"] for r in table})
-    }
+    counts = dict(sorted(Counter(r["status"] for r in table).items()))
     # Seeds as replicates (report/seeds.py): one row per configuration of the other keys.
     seed_table: list[dict[str, Any]] = []
     config_keys = seeds.config_keys(keys)
@@ -237,15 +235,19 @@ def format_run_outcome(sweep_dir: Path, outcome: dict[str, Any]) -> str:
     if row["status"] == "completed" and isinstance(value, (int, float)):
         lines.append(f"  {outcome['objective']} {value:.4f}")
     if row["status"] == "failed":
-        log = f" (log: {row['log']})" if row.get("log") else ""
-        log += f" (Slurm log: {row['slurm_log']})" if row.get("slurm_log") else ""
-        lines.append(f"  error: {row['error']}{log}")
+        lines.append(f"  error: {row['error']}{_logs(row)}")
     if row["status"] == "interrupted":
-        lines.append(
-            f"  interrupted: {row['interrupted'] or 'stopped'}; the same command resumes it "
-            "from its checkpoint"
-        )
+        lines.append(f"  interrupted: {_resumes(row)}")
     return "\n".join(lines)
+
+
+def _logs(row: dict[str, Any]) -> str:
+    log = f" (log: {row['log']})" if row.get("log") else ""
+    return log + (f" (Slurm log: {row['slurm_log']})" if row.get("slurm_log") else "")
+
+
+def _resumes(row: dict[str, Any]) -> str:
+    return f"{row['interrupted'] or 'stopped'}; the same command resumes it from its checkpoint"
 
 
 def format_outcome(sweep_dir: Path, outcome: dict[str, Any]) -> str:
@@ -293,14 +295,9 @@ def format_outcome(sweep_dir: Path, outcome: dict[str, Any]) -> str:
                 f"{sweep_dir / row['point']}"
             )
     for row in outcome["failed"]:
-        log = f" (log: {row['log']})" if row.get("log") else ""
-        log += f" (Slurm log: {row['slurm_log']})" if row.get("slurm_log") else ""
-        lines.append(f"  FAILED point {row['point']}: {row['error']}{log}")
+        lines.append(f"  FAILED point {row['point']}: {row['error']}{_logs(row)}")
     for row in outcome["interrupted"]:
-        lines.append(
-            f"  INTERRUPTED point {row['point']}: {row['interrupted'] or 'stopped'}; the same "
-            "command resumes it from its checkpoint"
-        )
+        lines.append(f"  INTERRUPTED point {row['point']}: {_resumes(row)}")
     for row in outcome["rows"]:
         if row.get("problem"):
             lines.append(f"  PROBLEM point {row['point']}: {row['problem']}")

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from experiments.run.record import METRICS, STEPS, atomically, read_jsonl, read_records
+from experiments.run.record import METRICS, STEPS, atomically, read_json, read_jsonl, read_records
 
 INDEX = ".report_index.json"
 INDEX_VERSION = 4
@@ -30,16 +30,10 @@ LOGS = {  # the learning-curve columns a figure may need, for both model familie
     "steps.jsonl": ("step", "loss"),
 }
 MAX_CURVE_POINTS = 200  # longer curves are down-sampled evenly (the last record always kept)
-SUMMARY_FIELDS = (
-    "status",
-    "engine",
-    "metrics",
-    "wall_time_s",
-    "slurm",
-    "seed",
-    "error",
-    "failure",  # which rank of a multi-rank run failed, and its log (run/failures.py)
-    "interrupted",  # why a run stopped after a checkpoint without finishing
+# failure: which rank of a multi-rank run failed, and its log (run/failures.py); interrupted:
+# why a run stopped after a checkpoint without finishing.
+SUMMARY_FIELDS = tuple(
+    "status engine metrics wall_time_s slurm seed error failure interrupted".split()  # noqa: SIM905
 )
 FINAL = ("completed", "failed")
 # summary.json there but not readable (cut short by a crash, not JSON, a newer record format)
@@ -198,10 +192,7 @@ def _split(override: str) -> tuple[str, str]:
 
 
 def _read_index(path: Path) -> dict[str, Any]:
-    try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {"version": INDEX_VERSION}
+    index = read_json(path) or {}
     return index if index.get("version") == INDEX_VERSION else {"version": INDEX_VERSION}
 
 

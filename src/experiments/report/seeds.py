@@ -1,14 +1,7 @@
-"""Seeds as replicates: a sweep that varies `seed` is a set of configurations, each run with
-several seeds; the paper's table is per configuration.
-
-Whenever the points of a sweep differ in `seed`, they are grouped by their other swept
-overrides. Each group (configuration) gets its count of points, of completed and of failed
-seeds, and for the objective and each final metric the mean, the sample standard deviation
-and a 95 % Student-t interval over its completed seeds (`report_seeds.csv`, the table at the
-top of report.md, ranked by the objective's mean). A failed seed is counted and shown, never
-silently dropped: the row says `n_failed`, and a configuration whose seeds all failed is
-listed last. Figures: the objective per configuration with its interval as error bars, and
-the learning curves as a mean line with a ±1 standard deviation band per configuration.
+"""Seeds as replicates (what the table and figures show: docs/sweeps.md): a sweep that varies
+`seed` is a set of configurations, each run with several seeds; the paper's table is per
+configuration. A failed seed is counted and shown (`n_failed`), never silently dropped, and a
+configuration whose seeds all failed is listed last.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
-"""Early stopping and per-evaluation reporting, shared by the engines whose loops take a hook.
-
-`trainer.early_stopping` (metric, mode, patience, min_delta) stops a run once its monitored
-metric has not improved by more than `min_delta` for `patience` evaluations in a row (an
-epoch's validation for SNN engines; a log interval's losses for GAN runs, which have no
-per-interval validation). The engine keeps a checkpoint of the best evaluation beside its
-usual ones, and summary.json's `early_stopping` says whether and why the run stopped, at which
-step, and where its best checkpoint is.
+"""Early stopping and per-evaluation reporting, shared by the engines whose loops take a hook
+(what `trainer.early_stopping` does: docs/sweeps.md#early-stopping; a GAN run, which has no
+per-interval validation, evaluates its log interval's losses).
 
 The same call (`Monitor.after_evaluation`) reports the run's objective to an Optuna study
 when the run is a trial of a search with a pruner (sweepers/pruning.py), and raises `Pruned`
 when the pruner stops it. One object, one call per evaluation: each engine adds a few lines,
-not a policy of its own.
-
-Engines: SpikingJelly's `train_classification` (its evaluation, through our seam:
-snn/engines/spikingjelly_loop.py), its classic Trainer (`classify`) and MMGen's runner (an
-mmcv hook).
+not a policy of its own. Engines: SpikingJelly's `train_classification` (its evaluation,
+through our seam: snn/engines/spikingjelly_loop.py), its classic Trainer (`classify`) and
+MMGen's runner (an mmcv hook).
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
-"""Which rank of a multi-rank run failed, and why: the dead rank's error, not its peers' echo.
+"""Which rank of a multi-rank run failed, and why: the dead rank's error, not its peers' echo
+(what the run reports: docs/topologies.md).
 
 When one rank dies, its peers fail a moment later with errors that only say a peer went away
 ("Connection closed by peer"), or, when it died before they connected, they wait in the
 rendezvous until its timeout (30 minutes). So every rank that fails writes
-`failures/rank_<k>.json` (its error, node and log) before it exits, and every rank of a
-multi-rank run watches that folder (`Watchdog`): when a peer of the same attempt has failed,
-the rank stops at once, rank 0 after naming the dead rank's error and log in summary.json.
-The launching process (torchrun's login, Slurm's) reads the same records when a job ends
-without a summary that says why.
-
-The run directory is shared by every rank (one run, one directory), so this needs nothing but
-the filesystem: it works for torchrun and Slurm, on one node or many, on gloo and NCCL.
+`failures/rank_<k>.json` before it exits, and every rank of a multi-rank run watches that
+folder (`Watchdog`). The launching process (torchrun's login, Slurm's) reads the same records
+when a job ends without a summary that says why. The run directory is shared by every rank, so
+this needs nothing but the filesystem: torchrun and Slurm, one node or many, gloo and NCCL.
 """
 
 from __future__ import annotations
@@ -25,21 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from experiments import distributed_env
-from experiments.run.record import atomically
+from experiments.run.record import atomically, read_json
 
 log = logging.getLogger(__name__)
 
 FOLDER = "failures"
 # How a peer's death looks from the ranks that survive it (gloo, NCCL, the TCP store).
-_ECHOES = (
-    "connection closed by peer",
-    "connection reset by peer",
-    "broken pipe",
-    "remote worker crash",
-    "socket timeout",
-    "connection refused",
-    "nccl communicator was aborted",
-    "process group watchdog",
+_ECHOES = tuple(
+    "connection closed by peer|connection reset by peer|broken pipe|remote worker crash|socket"  # noqa: SIM905
+    " timeout|connection refused|nccl communicator was aborted|process group watchdog".split("|")
 )
 POLL_S = 1.0
 
@@ -89,12 +80,7 @@ def clear(run_dir: Path) -> None:
 
 def read(run_dir: Path, of_attempt: str | None = None) -> list[dict[str, Any]]:
     """The failure records of `of_attempt` (of the newest attempt when None), oldest first."""
-    records = []
-    for path in sorted((run_dir / FOLDER).glob("rank_*.json")):
-        try:
-            records.append(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            continue
+    records = [r for p in sorted((run_dir / FOLDER).glob("rank_*.json")) if (r := read_json(p))]
     if not records:
         return []
     wanted = of_attempt or max(records, key=lambda r: r["time"])["attempt"]

@@ -1,11 +1,12 @@
-"""One writer per run directory (and one launch per sweep directory).
+"""One writer per run directory (and one launch per sweep directory; what the user sees:
+docs/checkpoints.md).
 
 Two processes writing one run directory (a second terminal with the same `hydra.run.dir`, a
 sweep launched again while its first launch runs, a user's re-run next to a Slurm requeue)
-both train, and every step ends up twice in the logs. So every process of a run holds an
-fcntl (POSIX) lock on `<run dir>/.run.lock` for its lifetime. The kernel releases it when the
-process ends, however it ends (SIGKILL included): a lock is never stale, there is nothing to
-clean up. POSIX locks (not flock) because they also work over NFS.
+both train, and every step ends up twice in the logs. So every process of a run holds a POSIX
+lock (fcntl.lockf, not flock: it also works over NFS) on `<run dir>/.run.lock` for its
+lifetime; the kernel releases it however the process ends (SIGKILL included), so a lock is
+never stale.
 
 How the processes of ONE run share it while a second run is refused: whoever comes first
 takes the lock exclusively, writes the holder (host, pid, Slurm job, the run's token) into the
@@ -15,7 +16,6 @@ and a sweep point's process through the environment, or the same Slurm job and a
 every task of that job) it takes a shared lock too; otherwise it is refused, in one line
 naming the holder, before it writes anything. A Slurm requeue of the same job is a new
 attempt: it waits for its previous attempt to let go (Slurm is ending it) and takes over.
-
 `holder()` reads who holds a directory without disturbing it (for the status command).
 """
 

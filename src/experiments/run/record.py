@@ -39,17 +39,9 @@ COMMAND_ENV = "EXPERIMENTS_COMMAND"  # the user's command, handed to torchrun wo
 # report) naming the package version that wrote it; older ones are read.
 RECORD_FORMAT = 1
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
-PACKAGES = (
-    "experiments",
-    "torch",
-    "torchvision",
-    "spikingjelly",
-    "hydra-core",
-    "omegaconf",
-    "submitit",
-    "hydra-submitit-launcher",
-    "mmcv-full",
-    "mmgen",
+PACKAGES = tuple(
+    "experiments torch torchvision spikingjelly hydra-core omegaconf submitit"  # noqa: SIM905
+    " hydra-submitit-launcher mmcv-full mmgen".split()
 )
 
 
@@ -268,12 +260,17 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], str | None]:
     return records, f"{Path(path).name}: {where} not a JSON record (cut short?); skipped"
 
 
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object's file; None where it is missing, unreadable or not an object."""
     try:
-        summary = json.loads((run_dir / SUMMARY).read_text(encoding="utf-8"))
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return summary if isinstance(summary, dict) else None
+    return value if isinstance(value, dict) else None
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    return read_json(run_dir / SUMMARY)
 
 
 def read_records(run_dir: Path, logs: bool = True) -> dict[str, Any]:
@@ -342,25 +339,23 @@ def versions() -> dict[str, str | None]:
     return found
 
 
-def git_commit(directory: str) -> str | None:
+def git(cwd: str | Path, *args: str, timeout: float) -> str | None:
+    """git's output, or None where git is missing, fails or runs past timeout."""
     try:
-        commit = subprocess.run(
-            ["git", "-C", directory, "rev-parse", "HEAD"],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", directory, "status", "--porcelain", "-uno"],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout
+        out = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+        )
     except (OSError, subprocess.SubprocessError):
         return None
-    return commit + ("-dirty" if dirty.strip() else "")
+    return out.stdout if out.returncode == 0 else None
+
+
+def git_commit(directory: str) -> str | None:
+    commit = git(directory, "rev-parse", "HEAD", timeout=5)
+    dirty = None if commit is None else git(directory, "status", "--porcelain", "-uno", timeout=5)
+    if dirty is None:
+        return None
+    return commit.strip() + ("-dirty" if dirty.strip() else "")
 
 
 def user_command() -> str:

@@ -1,29 +1,17 @@
-"""An Optuna search that an interruption does not lose (conf/hydra/sweeper/optuna_resumable.yaml).
+"""An Optuna search that an interruption does not lose (conf/hydra/sweeper/optuna_resumable.yaml;
+what it does for the user: docs/sweeps.md).
 
-The stock hydra-optuna-sweeper plugin keeps its study in memory by default, runs `n_trials`
-more trials each time it is started, numbers the job directories from 0 again (a re-run
-would overwrite the earlier trials' run directories) and aborts the whole search on the
-first trial that fails (our sweep points return NaN when they fail). Here:
-
-- the study lives in the sweep directory (`storage: sqlite:///<sweep dir>/optuna.db`), and
-  the sweep directory is named after the command line: the same command finds the same study;
-- `n_trials` is the study's total budget: a re-run runs only the trials still missing;
-- the run directory of a trial is its trial number, so directories continue where the
-  interrupted search stopped and none is reused;
-- trials an interrupted (killed) search left RUNNING are marked FAIL (user attribute
-  `interrupted`) and do not count against the budget; one whose run had already completed
-  (it was killed before Optuna was told) is told its recorded value instead;
-- a trial whose run failed (it returned NaN, see train.py, or its job raised) is FAIL (user
-  attribute `failure`), and the search goes on. So is a Slurm job that dies (a rank killed,
-  its time limit after its last requeue): its end is read on its own (launchers/slurm_jobs.py:
-  what its rank 0 recorded, else failed with the dead rank's error or Slurm's word), and its
-  value is NaN;
-- with `pruner=median|hyperband`, each trial reports its objective after every evaluation
-  and the pruner may stop it there (sweepers/pruning.py): its run is recorded `pruned`, the
-  trial PRUNED (it counts against the budget), and the search goes on;
-- on Slurm, `n_jobs` trials stay in flight: the first `n_jobs` go out as one job array, and
-  each trial that ends is told at once and its slot refilled with a new trial (one job),
-  rather than waiting for the whole batch (hydra issues 2257/3091).
+The stock hydra-optuna-sweeper keeps its study in memory by default, runs `n_trials` more trials
+each start, numbers the job directories from 0 again (a re-run overwrites the earlier trials'
+run directories) and aborts the search on the first failed trial (our failed points return
+NaN). Here the study lives in the sweep directory, named after the command line; `n_trials` is
+its total budget; a trial's run directory is its trial number; a failed run, or a Slurm job that
+died (its end read on its own: launchers/slurm_jobs.py), is a FAIL trial (user attribute
+`failure`) and the search goes on. Trials a killed search left RUNNING are FAIL (`interrupted`,
+not counted against the budget), unless their run had completed: then they are told its recorded
+value. A pruned trial (sweepers/pruning.py) counts against the budget. On Slurm, `n_jobs` trials
+stay in flight: each trial that ends is told at once and its slot refilled with a new job, rather
+than waiting for the whole batch (hydra issues 2257/3091).
 """
 
 from __future__ import annotations
@@ -32,6 +20,7 @@ import functools
 import logging
 import math
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -135,14 +124,9 @@ class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
         def submit(count: int) -> None:
             trials = [study.ask() for _ in range(count)]
             overrides = self._configure_trials(trials, distributions, fixed)
-            first = trials[0].number
-            if [t.number for t in trials] == list(range(first, first + len(trials))):
-                jobs = slurm_jobs.submit(self.launcher, self.config, overrides, first)
-            else:  # another process asks from the same study: one job per trial
-                jobs = [
-                    slurm_jobs.submit(self.launcher, self.config, [o], t.number)[0]
-                    for t, o in zip(trials, overrides, strict=True)
-                ]
+            jobs = _by_number(
+                trials, overrides, lambda o, n: slurm_jobs.submit(self.launcher, self.config, o, n)
+            )
             running.extend(zip(trials, jobs, map(list, overrides), strict=True))
 
         started = min(self.n_jobs, to_go)
@@ -201,16 +185,7 @@ class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
         )
 
     def _launch(self, batch: list[Trial], overrides: list[Any]) -> list[JobReturn]:
-        """Each trial runs in the run directory named after its number. A batch asked by this
-        process has consecutive numbers; should it not (another process asking from the same
-        study), its trials are launched one by one."""
-        first = batch[0].number
-        if [t.number for t in batch] == list(range(first, first + len(batch))):
-            return list(self.launcher.launch(overrides, initial_job_idx=first))
-        return [
-            self.launcher.launch([o], initial_job_idx=t.number)[0]
-            for t, o in zip(batch, overrides, strict=True)
-        ]
+        return _by_number(batch, overrides, lambda o, n: self.launcher.launch(o, initial_job_idx=n))
 
     def _settle_interrupted(self, study: optuna.Study, n_objectives: int) -> None:
         """Trials still RUNNING when the search starts belong to a search that was killed."""
@@ -300,6 +275,16 @@ def init_sqlite_storage(url: str) -> None:
 def counts_against_budget(trial: FrozenTrial) -> bool:
     """Finished trials count against n_trials, except those an interruption failed."""
     return trial.state.is_finished() and not trial.user_attrs.get(INTERRUPTED)
+
+
+def _by_number(trials: list[Trial], overrides: list[Any], launch: Callable[..., Any]) -> list[Any]:
+    """Each trial runs in the run directory named after its number: `launch(overrides, first
+    number)` once for a batch this process asked (consecutive numbers), else once per trial
+    (another process asks from the same study)."""
+    first = trials[0].number
+    if [t.number for t in trials] == list(range(first, first + len(trials))):
+        return list(launch(overrides, first))
+    return [launch([o], t.number)[0] for t, o in zip(trials, overrides, strict=True)]
 
 
 def _recorded_values(run_dir: Path) -> list[float] | None:

@@ -1,5 +1,6 @@
-"""Pruning for `hydra/sweeper=optuna_resumable`: a trial that is plainly worse than the others
-after an evaluation stops there, recorded `pruned`.
+"""Pruning for `hydra/sweeper=optuna_resumable` (`hydra.sweeper.pruner=median|hyperband|none`,
+docs/sweeps.md#pruning): a trial that is plainly worse than the others after an evaluation
+stops there, recorded `pruned`.
 
 hydra-optuna-sweeper has no pruning: its trials are whole runs in other processes (local
 children, torchrun ranks, Slurm jobs), which never see the study. Here the search writes
@@ -9,9 +10,6 @@ its trial without any extra override. After each evaluation the run's rank 0 rep
 objective to the study's SQLite storage (`trial.report`) and asks the pruner
 (`trial.should_prune`); a pruned run ends at once (run/early_stopping.py raises Pruned,
 train.py records `pruned`), and the search marks the trial PRUNED and goes on.
-
-    hydra.sweeper.pruner=median|hyperband|none
-    hydra.sweeper.pruner_kwargs.n_startup_trials=2  (the pruner class's own arguments)
 """
 
 from __future__ import annotations
