@@ -86,3 +86,23 @@ def test_a_checkpoint_without_its_mesh_resumes_only_as_written(tmp_path: Path) -
         snn_reshard.check(tmp_path, CHANGED, "spikingjelly", dims, 8, False, can_resplit=True)
     assert refused.value.key == "topology" and "written without mesh.json" in str(refused.value)
     snn_reshard.check(tmp_path, [], "spikingjelly", dims, 8, False)
+
+
+@pytest.mark.parametrize("recipe", ["[1, 2]", '{"pipeline_parallel_size": null}'])
+def test_an_older_checkpoint_whose_recipe_is_not_a_recipe_is_only_torn(
+    tmp_path: Path, recipe: str
+) -> None:
+    """A step folder whose config.json holds JSON of the wrong shape is a torn checkpoint
+    (skipped, with why), not a traceback at planning: the newest complete one is chosen."""
+    from experiments.snn.engines.spikingjelly_checkpoints import scan_checkpoints
+
+    _checkpoint(tmp_path, [1, 1, 1])
+    root = tmp_path / "checkpoints"
+    (root / "step_00000001" / "pp_0000_tp_0000").mkdir(parents=True)
+    (root / "step_00000001" / "config.json").write_text(recipe)
+    complete, torn = scan_checkpoints(root)
+    assert [p.name for p in complete] == ["step_00000004"]
+    assert [(p.name, why.split(" (")[0]) for p, why in torn] == [
+        ("step_00000001", "config.json unreadable")
+    ]
+    assert snn_reshard.newest_checkpoint(root)[0] == complete[0]

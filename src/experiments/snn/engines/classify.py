@@ -2,7 +2,9 @@
 
 A subclass using only the seams the Trainer offers (its argument parser, `load_ImageNet`,
 `load_model`, `set_optimizer`, the `preprocess_*`/`process_model_output` hooks,
-`train_one_epoch`/`evaluate`); docs/engines.md lists what each does.
+`train_one_epoch`/`evaluate`): data, model and optimizer come from our groups, the time
+dimension is made in the sample hooks, and each evaluation is followed by the spike and
+energy measurement on its slice (`spikingjelly_spikes.py`).
 
 On CPU ranks its DDP path hard-codes CUDA (NCCL in `utils.init_distributed_mode`,
 `device_ids=[args.gpu]`): both are swapped while `Trainer.main` runs in this process only
@@ -120,7 +122,7 @@ def _atomic_saves() -> contextlib.AbstractContextManager[Any]:
 
 def _distributed_init(device: str) -> contextlib.AbstractContextManager[Any]:
     """The Trainer's `utils.init_distributed_mode` minus its Slurm guess: our launchers export
-    RANK to every rank, and without it the library would take SLURM_PROCID (set in a `salloc`
+    RANK and WORLD_SIZE to every rank, and without them the library would take SLURM_PROCID (set in a `salloc`
     shell) for a rank of a distributed run and fail (NCCL without MASTER_ADDR on CUDA, a
     division by a CUDA device count of 0 on CPU)."""
     import torch.distributed as dist

@@ -43,7 +43,7 @@ def torn_reason(path: Path, shards: int | None = None) -> str | None:
     if shards is None:
         try:
             shards = written_shards(path)
-        except (OSError, ValueError, KeyError) as error:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
             return f"config.json unreadable ({error})"
     folders = sorted(path.glob("pp_*_tp_*"))
     if len(folders) != shards:
