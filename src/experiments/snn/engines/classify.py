@@ -122,9 +122,9 @@ def _atomic_saves() -> contextlib.AbstractContextManager[Any]:
 
 def _distributed_init(device: str) -> contextlib.AbstractContextManager[Any]:
     """The Trainer's `utils.init_distributed_mode` minus its Slurm guess: our launchers export
-    RANK and WORLD_SIZE to every rank, and without them the library would take SLURM_PROCID (set in a `salloc`
-    shell) for a rank of a distributed run and fail (NCCL without MASTER_ADDR on CUDA, a
-    division by a CUDA device count of 0 on CPU)."""
+    RANK and WORLD_SIZE to every rank, and without them the library would take SLURM_PROCID
+    (set in a `salloc` shell) for a rank of a distributed run and fail (NCCL without
+    MASTER_ADDR on CUDA, a division by a CUDA device count of 0 on CPU)."""
     import torch.distributed as dist
     from spikingjelly.activation_based.examples.common.tv_ref_classify import utils
 
