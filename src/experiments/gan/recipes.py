@@ -108,17 +108,17 @@ class GANRecipe:
 
 def configs_root(model_name: str = "gan") -> Path:
     """MMGen's bundled recipes (installed with the package, like `mim` would fetch them)."""
-    import importlib.util
+    from experiments.gan.mmgen_compat import mmgen_root
 
-    spec = importlib.util.find_spec("mmgen")
-    if spec is None or not spec.submodule_search_locations:
+    root = mmgen_root()
+    if root is None:
         raise ConfigError(
             "model",
             model_name,
             "GAN models need MMGeneration, which is not installed: run "
             "scripts/gan/install_gan.sh .venv (or `make setup-gan`)",
         )
-    return Path(next(iter(spec.submodule_search_locations))) / ".mim" / "configs"
+    return root / ".mim" / "configs"
 
 
 def recipe_path(recipe: str) -> Path:
