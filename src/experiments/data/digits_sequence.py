@@ -1,14 +1,8 @@
-"""scikit-learn's digits as time series: each image rate-coded into `time_steps` binary frames.
-
-A pixel of intensity p in [0, 1] fires in each frame with probability p (SpikingJelly's own
-`encoding.PoissonEncoder`, a Bernoulli draw per frame). The frames are drawn once, from a
-generator seeded by `encoding_seed`, so every rank, resume and re-run sees the same frames for
-the same seed; the train/validation split is `build_digits_datasets`'s.
-
-Samples are `[T, C, H, W]` float32 in {0, 1}; a DataLoader batch is `[N, T, C, H, W]`, which
-SpikingJelly calls `input_layout="NTCHW"`. The builder says so itself (`input_layout` below),
-and the plan passes it on to TrainingConfig: the engines then feed `[T, N, C, H, W]` to the
-model, frame t at step t, instead of repeating a static image T times.
+"""scikit-learn's digits as time series: each image rate-coded into `time_steps` binary frames
+by SpikingJelly's `encoding.PoissonEncoder`, drawn once from a generator seeded by
+`encoding_seed`, so every rank, resume and re-run sees the same frames. Batches are
+`[N, T, C, H, W]` (`input_layout="NTCHW"`, passed on by the plan), so the engines feed frame t
+at step t instead of repeating a static image T times.
 """
 
 from __future__ import annotations

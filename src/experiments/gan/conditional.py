@@ -1,13 +1,9 @@
 """How a composed GAN samples: one row per class (conditional recipes), EMA by default.
 
-MMGen's `sample_from_noise(noise, num_batches, sample_model, label)` is the one sampling API
-of both kinds of model we train (BaseGAN, BasiccGAN). Its default `sample_model='ema/orig'`
-returns the EMA generator's images followed by the raw generator's (2 x num_batches) when the
-recipe trains an EMA (`train_cfg.use_ema`); every consumer of ours (sample grids, the final
-grid, SWD/MS-SSIM) asks for `'ema'` then, the generator that EMA recipes report. A conditional
-model takes `label` as a LongTensor of class indices, shape (num_batches,); MMGen's own sample
-hook can only pass config values (a list would be ignored for random labels), so
-VisualizeClassRows builds the tensor: row r of the grid is class r.
+MMGen's `sample_from_noise` defaults to `sample_model='ema/orig'`, the EMA generator's images
+followed by the raw one's (2 x num_batches) where the recipe trains an EMA, so every consumer of
+ours asks for `'ema'`. MMGen's own sample hook can pass only config values (a list would be
+ignored for random labels), so VisualizeClassRows builds the labels: row r is class r.
 """
 
 from __future__ import annotations

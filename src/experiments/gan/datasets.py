@@ -1,15 +1,10 @@
 """Labelled images for MMGen's class-conditional recipes, registered in MMGen's DATASETS.
 
-MMGen's conditional recipes (BigGAN, SNGAN-Proj on CIFAR-10) read `mmcls.CIFAR10`, a dataset of
-MMClassification that needs the CIFAR archive. Our data groups already write labelled image
-folders (`data=digits`: <root>/<label>/<index>.png; `data=imagefolder`: ImageNet-style class
-folders), so a conditional run reads those through this small dataset instead: it yields what
-MMGen's `BasiccGAN.train_step` reads, `img` (normalised, C x H x W) and `gt_label` (class index,
-collated to shape (N,)). Classes are the sorted sub-folder names, as torchvision's ImageFolder
-numbers them, so label 3 of `data=digits` is the digit 3.
-
-A composed config names this module in `custom_imports`, so MMGen's own tools (tools/train.py,
-tools/utils/...) load the dumped `mmgen_config.py` without us.
+MMGen's conditional recipes read `mmcls.CIFAR10` (MMClassification and the CIFAR archive); our
+data groups already write labelled image folders, so a conditional run reads those here, classes
+numbered as torchvision's ImageFolder does (label 3 of `data=digits` is the digit 3). A composed
+config names this module in `custom_imports`, so MMGen's own tools load the dumped
+`mmgen_config.py` without us.
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
-"""model.ddp: how GAN ranks keep their replicas in step, MMGen's two ways.
+"""model.ddp: how GAN ranks keep their replicas in step, MMGen's two ways (`mode`; its tutorial
+"DDP Training in MMGeneration" tabulates both).
 
-- dynamic: the whole model under one MMDistributedDataParallel, and MMGen's
-  DynamicIterBasedRunner hands the DDP reducer to the model's train_step, which calls
-  `reducer.prepare_for_backward(loss)` before each backward: the gradients synchronised are
-  those of whatever that backward reached (MMGen's default; any architecture).
-- static: MMGen's DistributedDataParallelWrapper (`use_ddp_wrapper=True`): the generator and
-  the discriminator each under a DDP of its own, built once with `find_unused_parameters=False`,
-  so each synchronises the fixed set of parameters it was built with (cheaper; only for an
-  architecture that trains the same layers at every iteration).
-
-(MMGen's tutorial "DDP Training in MMGeneration" tabulates both.) A progressive-growing or
-multi-scale recipe trains other layers at each stage, which the static wrapper cannot follow:
-planning refuses that pairing (`check`).
-
-MMGen's wrapper moves each part to CUDA and scatters onto `torch.cuda.current_device()`;
+Dynamic DDP synchronises whatever each backward reached (any architecture); static DDP
+(cheaper), one DDP per part built with find_unused_parameters=False, synchronises a fixed set
+of parameters, so a progressive-growing or multi-scale recipe, which trains other layers at
+each stage, is refused (`check`). MMGen's wrapper moves each part to CUDA;
 `CPUDistributedDataParallelWrapper` is the same wrapper for gloo ranks on the CPU (a subclass:
 nothing in mmgen is edited).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from experiments.errors import ConfigError
@@ -98,17 +90,12 @@ def configured(cfg: Any) -> str:
 
 def apply(cfg: Any, ddp: str) -> None:
     """The recipe keys MMGen reads for each way (its tutorial's settings)."""
+    static = ddp == "static"
+    cfg.use_ddp_wrapper = static
+    cfg.find_unused_parameters = not static
     runner = cfg.get("runner")
-    if ddp == "static":
-        cfg.use_ddp_wrapper = True
-        cfg.find_unused_parameters = False
-        if runner:
-            runner.is_dynamic_ddp = False
-    else:
-        cfg.use_ddp_wrapper = False
-        cfg.find_unused_parameters = True
-        if runner:
-            runner.is_dynamic_ddp = True
+    if runner:
+        runner.is_dynamic_ddp = not static
 
 
 REPLICATED_TENSOR_FLAG = "_use_replicated_tensor_module"
@@ -116,16 +103,9 @@ REPLICATED_TENSOR_FLAG = "_use_replicated_tensor_module"
 
 def install_replicated_tensor_fix() -> None:
     """mmcv 1.7.2's `MMDistributedDataParallel._run_ddp_forward` reads
-    `self._use_replicated_tensor_module`, which older torch DDP set in `__init__` and torch
-    2.14's no longer does: every forward through an MMDistributedDataParallel raises
-    AttributeError. That is each generator/discriminator call in the first train_step under
-    MMGen's static DDP wrapper, and the sample hook under the dynamic runner.
-
-    The value goes on the class (False: torch's own value when it had the feature), so every
-    instance has it whoever builds it and on any device: ours on CPU ranks, and MMGen's
-    `train_model(distributed=True)` on CUDA (its MMDistributedDataParallel and the ones its
-    DistributedDataParallelWrapper builds). Idempotent, in this process only; nothing in mmcv
-    is edited, and a torch that sets the attribute again keeps its own per-instance value."""
+    `self._use_replicated_tensor_module`, which torch 2.14's DDP no longer sets: every forward
+    raises AttributeError. Set on the class (False, torch's old value), so every instance has it
+    whoever builds it, on any device; a torch that sets it again keeps its per-instance value."""
     from mmcv.parallel import MMDistributedDataParallel
 
     if not hasattr(MMDistributedDataParallel, REPLICATED_TENSOR_FLAG):
@@ -137,13 +117,8 @@ def cpu_wrapper(model: Any) -> Any:
     return _wrapper_class()(model, broadcast_buffers=False, find_unused_parameters=False)
 
 
-_WRAPPER: type | None = None
-
-
+@functools.cache
 def _wrapper_class() -> type:
-    global _WRAPPER
-    if _WRAPPER is not None:
-        return _WRAPPER
     import torch.nn as nn
     from mmcv.parallel import MMDistributedDataParallel
     from mmcv.parallel.scatter_gather import scatter_kwargs
@@ -180,8 +155,7 @@ def _wrapper_class() -> type:
             inputs, kwargs = self.scatter(inputs, kwargs)
             return self.module.val_step(*inputs[0], **kwargs[0])
 
-    _WRAPPER = CPUDistributedDataParallelWrapper
-    return _WRAPPER
+    return CPUDistributedDataParallelWrapper
 
 
 def unwrap(model: Any) -> None:

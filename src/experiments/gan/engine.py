@@ -1,17 +1,11 @@
 """GAN engine: MMGen's train_model and DynamicIterBasedRunner, recorded like every run.
 
-Training is MMGen's: its recipe, builders, runner and hooks (checkpoint, logger, EMA where
-the recipe has one, sample grids). We add hooks: CPU resume (mmgen_compat), the run record
-(metrics.jsonl, TensorBoard), atomic checkpoint writes and a checkpoint on SIGTERM/SIGUSR2
-(hooks.py), then MMGen's SWD and MS-SSIM on the run's data at the end (and, with
-model.eval_untrained=true, the same on the untrained generator before training): quality.py,
-which evaluate.py and sample.py share; checkpoint locations are checkpoints.py.
-
-On CPU ranks (gloo) train_model(distributed=True) cannot run: it moves the model to CUDA and
-its sampler seeds through a CUDA tensor. `_train_cpu_ddp` repeats train_model's few lines
-with the CPU-capable parts (torch's DistributedSampler, MMDistributedDataParallel without
-device ids or MMGen's DDP wrapper on the CPU, per model.ddp: ddp.py); nothing in mmgen or mmcv
-is edited.
+Training is MMGen's (recipe, runner, its hooks); ours (hooks.py, mmgen_compat) add the record,
+resume, atomic checkpoints and stops, then SWD and MS-SSIM score the run. Quality and checkpoint
+locations are modules of their own (quality.py, checkpoints.py) because evaluate.py and sample.py
+share them. On CPU ranks (gloo) train_model(distributed=True) cannot run: it moves the model to
+CUDA and seeds its sampler through a CUDA tensor, so `_train_cpu_ddp` repeats its few lines with
+CPU-capable parts (ddp.py); nothing in mmgen or mmcv is edited.
 """
 
 from __future__ import annotations
@@ -74,10 +68,8 @@ def _guarded(base: type) -> type:
     """mmcv's logger hook, except that a logger error is logged once and the hook
     stops: a logger never ends a training run half-way."""
 
-    class Guarded(base):  # type: ignore[misc, valid-type]
-        failed = False
-
-        def _guard(self, method: str, runner: Any) -> None:
+    def guard(method: str) -> Any:
+        def guarded(self: Any, runner: Any) -> None:
             if self.failed:
                 return
             try:
@@ -87,17 +79,10 @@ def _guarded(base: type) -> type:
                 log.warning("%s failed in %s (%s); training goes on without it",
                             base.__name__, method, error)  # fmt: skip
 
-        def before_run(self, runner: Any) -> None:
-            self._guard("before_run", runner)
+        return guarded
 
-        def log(self, runner: Any) -> None:
-            self._guard("log", runner)
-
-        def after_run(self, runner: Any) -> None:
-            self._guard("after_run", runner)
-
-    Guarded.__name__ = f"Experiments{base.__name__}"
-    return Guarded
+    methods = {method: guard(method) for method in ("before_run", "log", "after_run")}
+    return type(f"Experiments{base.__name__}", (base,), dict(methods, failed=False))
 
 
 def _register_logger_hooks(hooks: Any) -> None:
@@ -142,13 +127,11 @@ def _record_hook_class() -> type:
             self.started = time.perf_counter()
 
         def after_train_iter(self, runner: Any) -> None:
-            done = runner.iter + 1  # mmcv counts the iteration after its hooks
-            if done % self.interval and done != runner.max_iters:
+            values = gan_hooks.logged(runner, self.interval)
+            if values is None:
                 return
-            log_vars = runner.outputs.get("log_vars", {})
-            record: dict[str, Any] = {"step": done}
-            record.update({k: float(v) for k, v in log_vars.items() if isinstance(v, (int, float))})
-            record.update(split_losses(record))
+            done = runner.iter + 1
+            record: dict[str, Any] = {"step": done, **values}
             elapsed = time.perf_counter() - self.started
             record["images_per_second"] = (
                 (done - self.start_iter) * self.images_per_iter / elapsed if elapsed else 0.0
@@ -172,22 +155,6 @@ def cpu_notice(seconds_per_iter: float, iters: int) -> str:
         f"{iters} iterations): CPU training is for debugging a recipe, as MMGen's guide says; "
         "train real runs on GPUs"
     )
-
-
-def split_losses(log_vars: dict[str, Any]) -> dict[str, float]:
-    """MMGen logs each loss term (loss_disc_fake, loss_disc_real, loss_gp, ... for the
-    discriminator; loss_disc_fake_g, ... for the generator: the `_g` suffix). Their sums are
-    the two numbers a user compares across runs."""
-    terms = {k: v for k, v in log_vars.items() if k.startswith("loss_") and k != "loss"}
-    terms = {k: v for k, v in terms.items() if k not in ("loss_gen", "loss_disc")}
-    gen = [v for k, v in terms.items() if k.endswith("_g")]
-    disc = [v for k, v in terms.items() if not k.endswith("_g")]
-    losses = {}
-    if gen:
-        losses["loss_gen"] = float(sum(gen))
-    if disc:
-        losses["loss_disc"] = float(sum(disc))
-    return losses
 
 
 def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
@@ -222,7 +189,10 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
     _add_early_stopping(cfg, plan, recorder, model, dataset)
     untrained: dict[str, Any] = {}
     if plan.recipe.eval_untrained and rank == 0:
-        untrained = _untrained_quality(model, dataset, plan)
+        # The generator as built from the seed, before any checkpoint is loaded: iteration 0
+        # of this run (a resumed run rebuilds the same one), measured as at the end.
+        measured = _measured_while_training(model, dataset, plan)
+        untrained = {f"{k}_untrained": measured[k] for k in UNTRAINED_KEYS if k in measured}
     meta = dict(seed=cfg.seed, exp_name=plan.run_dir.resolve().name)
     started = time.perf_counter()
     try:
@@ -241,7 +211,8 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
     replica_diff = _replica_max_diff(model) if distributed else None
     metrics: dict[str, Any] = {}
     if rank == 0:
-        last = hook_last(hook_recorder)
+        records = read_jsonl(hook_recorder.run_dir / METRICS)[0]  # train_model keeps its runner
+        last = records[-1] if records else {}  # the record hook's last record
         metrics = {
             "iters": plan.recipe.iters,
             "steps": last.get("step", plan.recipe.iters),  # fewer when stopped early
@@ -343,20 +314,8 @@ def _add_early_stopping(
         if monitor.reporter is not None and rank == 0:
             measure = partial(_measured_while_training, model, dataset, plan)
         cfg.custom_hooks.append(
-            gan_hooks.early_stopping_hook(
-                monitor, plan.recipe.log_interval, split_losses, measure=measure
-            )
+            gan_hooks.early_stopping_hook(monitor, plan.recipe.log_interval, measure=measure)
         )
-
-
-def _untrained_quality(model: Any, dataset: Any, plan: Any) -> dict[str, Any]:
-    """The generator as built from the seed, before any checkpoint is loaded: iteration 0
-    of this run (a resumed run rebuilds the same one). Same code path as the end."""
-    model.eval()
-    measured = quality(model, dataset, plan)
-    untrained = {f"{k}_untrained": measured[k] for k in UNTRAINED_KEYS if k in measured}
-    model.train()
-    return untrained
 
 
 def _measured_while_training(model: Any, dataset: Any, plan: Any) -> dict[str, Any]:
@@ -379,12 +338,6 @@ def _replica_max_diff(model: Any) -> float:
     diff = (flat - reference).abs().max()
     dist.all_reduce(diff, op=dist.ReduceOp.MAX)
     return float(diff)
-
-
-def hook_last(recorder: RunRecorder) -> dict[str, Any]:
-    """The last record the hook wrote (read back: train_model keeps its runner to itself)."""
-    records = read_jsonl(recorder.run_dir / METRICS)[0]
-    return records[-1] if records else {}
 
 
 def _train_cpu_ddp(model: Any, dataset: Any, cfg: Any, timestamp: str, meta: dict) -> None:

@@ -1,16 +1,10 @@
-"""Evaluate a GAN run's checkpoint: the download-free metrics of training, on demand.
+"""`experiments-eval` of a GAN run's checkpoint: the download-free metrics of training.
 
-`experiments-eval <GAN run dir | checkpoint> [data=... data.<key>=... model.eval_images=N
-seed=N]` (the CLI lives in experiments/evaluate) lands here. The model and the data are
-rebuilt from the run's own record (`.hydra/config.yaml`) through the same plan a
-single-process run of that config gets, so MMGen's builders, the recipe, the dataset and its
-transforms are the ones training used; the checkpoint's weights are loaded with mmcv's
-`load_checkpoint` (strict: a checkpoint that does not fit the recipe is refused, not half
-loaded). The metrics are training's own (gan/quality.py: MMGen's SWD and MS-SSIM, seeded), so
-on the run's final checkpoint, data, image count and seed they repeat the run's recorded values.
-
-MMGen's precision/recall (`PR`) is not computed: it loads VGG16 weights (NVIDIA's TorchScript
-file or torchvision's ImageNet weights), a download; eval.json says so.
+The model and data are rebuilt from the run's record through the plan a single-process run of
+that config gets, and the weights loaded strictly (a checkpoint that does not fit the recipe is
+refused, not half loaded), so on the run's final checkpoint, data, image count and seed the
+metrics (gan/quality.py) repeat the recorded ones. MMGen's precision/recall is not computed: it
+loads VGG16 weights, a download.
 """
 
 from __future__ import annotations
@@ -20,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.errors import ConfigError, EvaluationError
+from experiments.gan.exported_generator import fitting, readable
 from experiments.known_keys import nearest
 from experiments.run.record import read_summary, write_json_atomic
 from experiments.run.recorded_run import (
@@ -57,12 +51,13 @@ def evaluate_run(run_dir: Path, checkpoint: Path | None, overrides: list[str]) -
     from mmgen.datasets import build_dataset
 
     from experiments.data.image_files import DIGITS_FOLDER, ensure_digits_pngs
+    from experiments.gan.conditional import uses_ema
     from experiments.gan.quality import quality
 
     if plan.image_root.name == DIGITS_FOLDER:
         ensure_digits_pngs(plan.image_root)
     dataset = build_dataset(plan.mmgen_config.data.train)
-    generator = "ema" if _uses_ema(model) else "generator"
+    generator = "ema" if uses_ema(model) else "generator"
     print(
         f"Evaluating {path} (iteration {iteration}, {generator}) on data="
         f"{plan.choices.get('data')} ({plan.image_root}): {plan.recipe.eval_images} images, "
@@ -230,12 +225,7 @@ def checkpoint_of(run_dir: Path, chosen: Path | None) -> Path:
             str(chosen),
             f"an MMGen checkpoint file of this run, e.g. {checkpoint_dir(run_dir)}/iter_N.pth",
         )
-    try:
-        torch.load(chosen, map_location="cpu", weights_only=True)
-    except Exception as error:  # truncated or foreign file
-        raise ConfigError(
-            "checkpoint", str(chosen), f"a readable checkpoint ({type(error).__name__})"
-        ) from None
+    readable(chosen, "checkpoint")
     return chosen.resolve()
 
 
@@ -246,18 +236,14 @@ def load_model(plan: Any, checkpoint: Path) -> tuple[Any, int]:
     from experiments.gan.recipes import build_model
 
     model = build_model(plan.mmgen_config)
-    try:
+    data = plan.choices.get("data")
+    with fitting(
+        checkpoint,
+        f"weights of the model this run's recipe builds ({plan.recipe.recipe} on data={data})",
+    ):
         loaded = load_checkpoint(
             model, str(checkpoint), map_location="cpu", strict=True, logger="silent"
         )
-    except RuntimeError as error:  # another recipe's weights, or data of other channels
-        first = str(error).strip().splitlines()[0]
-        raise ConfigError(
-            "checkpoint",
-            str(checkpoint),
-            f"weights of the model this run's recipe builds ({plan.recipe.recipe} on "
-            f"data={plan.choices.get('data')}): {first}",
-        ) from None
     model.eval()
     meta = (loaded.get("meta") or {}) if isinstance(loaded, dict) else {}
     iteration = meta.get("iter")
@@ -272,7 +258,3 @@ def _iteration_from_name(checkpoint: Path) -> int:
     except (IndexError, ValueError):
         print(f"warning: {checkpoint} records no iteration", file=sys.stderr)
         return -1
-
-
-def _uses_ema(model: Any) -> bool:
-    return bool(getattr(model, "use_ema", False)) and hasattr(model, "generator_ema")

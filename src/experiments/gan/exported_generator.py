@@ -5,6 +5,8 @@ the run's checkpoint (gan/export.py writes the file)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,27 @@ import torch
 
 from experiments.errors import ConfigError
 from experiments.run import exported
+
+
+def readable(path: Path, what: str) -> Any:
+    """torch.load of a checkpoint or export, or refused as not `a readable <what>`."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # truncated, foreign, or not a state dict
+        raise ConfigError(
+            "checkpoint", str(path), f"a readable {what} ({type(error).__name__})"
+        ) from None
+
+
+@contextmanager
+def fitting(path: Path, what: str) -> Iterator[None]:
+    """A strict weight load that refuses weights of another model: `what` and the first line
+    of torch's error (another recipe's weights, or data of other channels)."""
+    try:
+        yield
+    except RuntimeError as error:
+        first = str(error).strip().splitlines()[0]
+        raise ConfigError("checkpoint", str(path), f"{what}: {first}") from None
 
 
 def load_exported(plan: Any, path: Path) -> tuple[Any, int, bool]:
@@ -25,26 +48,14 @@ def load_exported(plan: Any, path: Path) -> tuple[Any, int, bool]:
     sidecar = exported.read_sidecar(path)
     if sidecar.get("family") != "gan":
         raise ConfigError("checkpoint", str(path), "an export of a GAN run's generator")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # truncated, or not a state dict
-        raise ConfigError(
-            "checkpoint", str(path), f"a readable export ({type(error).__name__})"
-        ) from None
+    state = readable(path, "export")
     model = build_model(plan.mmgen_config)
     targets = [model.generator]
     if conditional.uses_ema(model):
         targets.append(model.generator_ema)
     for generator in targets:
-        try:
+        with fitting(path, f"the generator this run's recipe builds ({plan.recipe.recipe})"):
             generator.load_state_dict(state, strict=True)
-        except RuntimeError as error:
-            first = str(error).strip().splitlines()[0]
-            raise ConfigError(
-                "checkpoint",
-                str(path),
-                f"the generator this run's recipe builds ({plan.recipe.recipe}): {first}",
-            ) from None
     ema = bool(sidecar.get("ema"))
     if not ema and conditional.uses_ema(model):
         model.use_ema = False

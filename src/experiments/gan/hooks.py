@@ -1,15 +1,11 @@
 """mmcv hooks of ours for GAN runs, registered in mmcv's HOOKS (nothing in mmcv is edited).
 
-- ExperimentsCheckpointHook: mmcv's CheckpointHook (interval, max_keep_ckpts, latest.pth,
-  hook_msgs) whose writes are atomic. MMGen's save_checkpoint opens `iter_N.pth` and pickles
-  into it, so a crash mid-write (OOM kill, node failure, SIGKILL at a time limit) left a
-  truncated `iter_N.pth` under the name a resume looks for. Here MMGen writes the file under a
-  hidden temporary name in the same folder, which is synced and renamed to `iter_N.pth` when
-  complete: an `iter_N.pth` is always whole.
-- ExperimentsStopHook: Slurm's SIGTERM (requeue, scancel, preemption) or submitit's SIGUSR2
-  (time limit) stops the run after the current iteration with a checkpoint of that iteration,
-  then hands over to submitit (run/stop.py GracefulStop, as the SNN engine does): the
-  requeued or re-run job resumes there instead of at the last periodic checkpoint.
+MMGen's save_checkpoint pickles straight into `iter_N.pth`, so a crash mid-write (OOM kill,
+SIGKILL at a time limit) left a truncated file under the name a resume looks for:
+ExperimentsCheckpointHook has it written under a hidden name in the same folder, synced and
+renamed when whole.
+ExperimentsStopHook checkpoints the current iteration on Slurm's SIGTERM or submitit's SIGUSR2,
+so the requeued or re-run job resumes there instead of at the last periodic checkpoint.
 """
 
 from __future__ import annotations
@@ -175,48 +171,61 @@ def _stop_hook() -> type:
     return ExperimentsStopHook
 
 
+def split_losses(log_vars: dict[str, Any]) -> dict[str, float]:
+    """MMGen logs each loss term (loss_disc_fake, loss_disc_real, loss_gp, ... for the
+    discriminator; loss_disc_fake_g, ... for the generator: the `_g` suffix). Their sums are
+    the two numbers a user compares across runs."""
+    terms = {k: v for k, v in log_vars.items() if k.startswith("loss_") and k != "loss"}
+    terms = {k: v for k, v in terms.items() if k not in ("loss_gen", "loss_disc")}
+    gen = [v for k, v in terms.items() if k.endswith("_g")]
+    disc = [v for k, v in terms.items() if not k.endswith("_g")]
+    losses = {}
+    if gen:
+        losses["loss_gen"] = float(sum(gen))
+    if disc:
+        losses["loss_disc"] = float(sum(disc))
+    return losses
+
+
+def logged(runner: Any, interval: int) -> dict[str, float] | None:
+    """The iteration's losses (with `split_losses`) every `interval` iterations and at the
+    last one; None in between."""
+    done = runner.iter + 1  # mmcv counts the iteration after its hooks
+    if done % interval and done != runner.max_iters:
+        return None
+    log_vars = runner.outputs.get("log_vars", {})
+    record = {k: float(v) for k, v in log_vars.items() if isinstance(v, (int, float))}
+    record.update(split_losses(record))
+    return record
+
+
 def early_stopping_hook(
-    monitor: Monitor,
-    interval: int,
-    losses: Callable[[dict[str, Any]], dict[str, float]],
-    save_best: bool = True,
-    measure: Callable[[], dict[str, Any]] | None = None,
+    monitor: Monitor, interval: int, measure: Callable[[], dict[str, Any]] | None = None
 ) -> Any:
-    """The mmcv hook for GAN runs (registered on first use, nothing in mmcv edited): every
-    `interval` iterations it reads the iteration's losses as the record hook does, asks the
-    monitor, keeps `best.pth` beside MMGen's iter_N.pth when the metric improved, and ends the
-    runner after this iteration when patience is used up (its checkpoint and record hooks see
-    that iteration as the last and save and record it). `losses` is the GAN engine's own
-    reading of MMGen's loss terms. The monitor (what improved, when to stop) is the
-    one every engine uses (run/early_stopping.py); this is only its mmcv side. `measure`
-    (a pruned search's trial, rank 0): the run's quality metrics now, merged into the
-    record so the monitor reports the objective (swd) to the study at each interval."""
+    """The mmcv side of the monitor every engine uses (run/early_stopping.py): keeps `best.pth`
+    beside MMGen's iter_N.pth when the metric improved and ends the runner after this iteration
+    when patience is used up (its checkpoint and record hooks then save and record it).
+    `measure` (a pruned search's trial, rank 0): quality metrics merged into each record."""
     from mmcv.runner import HOOKS, Hook
 
     name = "ExperimentsEarlyStoppingHook"
     if name not in HOOKS.module_dict:
 
         class ExperimentsEarlyStoppingHook(Hook):
-            def __init__(
-                self, monitor: Monitor, interval: int, losses: Any, save_best: bool, measure: Any
-            ) -> None:
+            def __init__(self, monitor: Monitor, interval: int, measure: Any) -> None:
                 self.monitor = monitor
-                self.losses = losses
                 self.interval = interval
-                self.save_best = save_best
                 self.measure = measure
 
             def after_train_iter(self, runner: Any) -> None:
-                done = runner.iter + 1
-                if done % self.interval and done != runner.max_iters:
+                record = logged(runner, self.interval)
+                if record is None:
                     return
-                log_vars = runner.outputs.get("log_vars", {})
-                record = {k: float(v) for k, v in log_vars.items() if isinstance(v, (int, float))}
-                record.update(self.losses(record))
                 if self.measure is not None:
                     record.update(self.measure())
+                done = runner.iter + 1
                 verdict = self.monitor.after_evaluation(done, None, record)
-                if verdict.improved and self.save_best:
+                if verdict.improved:
                     self._save_best(runner)
                 if verdict.stop and done < runner.max_iters:
                     runner._max_iters = done  # the runner's loop ends after this iteration
@@ -241,11 +250,5 @@ def early_stopping_hook(
         HOOKS.register_module(name=name, module=ExperimentsEarlyStoppingHook)
     # ABOVE_NORMAL: before the checkpoint hook (NORMAL), which then saves the last iteration
     return dict(
-        type=name,
-        monitor=monitor,
-        interval=interval,
-        losses=losses,
-        save_best=save_best,
-        measure=measure,
-        priority="ABOVE_NORMAL",
+        type=name, monitor=monitor, interval=interval, measure=measure, priority="ABOVE_NORMAL"
     )

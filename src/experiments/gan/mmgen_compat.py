@@ -11,14 +11,16 @@ Everything else in mmgen imports and works; StyleGAN2-ADA fails loudly when used
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 import warnings
+from pathlib import Path
 
 # mmcv 1.7's import-time notice about its 2.0 renaming: not actionable for a user of 1.7.2.
 warnings.filterwarnings("ignore", message="On January 1, 2023, MMCV will release v2.0.0")
 
 _ADA_PKG = "mmgen.models.architectures.stylegan.ada"
-_MESSAGE = (
+ADA_MESSAGE = (
     "StyleGAN2-ADA is unavailable: the mmgen 0.7.x releases on PyPI omit "
     "mmgen/models/architectures/stylegan/ada/ (AugmentPipe, constant). ADA (ADAAug, "
     "ADAStyleGAN2Discriminator with data_aug) needs mmgen from a source checkout of "
@@ -30,13 +32,8 @@ class ADAUnavailableError(RuntimeError):
     """Raised when StyleGAN2-ADA code of mmgen 0.7.x (PyPI) is actually used."""
 
 
-def _unavailable(*args, **kwargs):
-    raise ADAUnavailableError(_MESSAGE)
-
-
-class AugmentPipe:  # stands in for mmgen...ada.augment.AugmentPipe
-    def __init__(self, *args, **kwargs):
-        raise ADAUnavailableError(_MESSAGE)
+def _unavailable(*args, **kwargs):  # mmgen calls AugmentPipe(**aug) and constant(...)
+    raise ADAUnavailableError(ADA_MESSAGE)
 
 
 class _AdaStubLoader(importlib.abc.Loader):
@@ -48,14 +45,14 @@ class _AdaStubLoader(importlib.abc.Loader):
         if name == _ADA_PKG:
             module.__path__ = []  # a package, so that .augment / .misc resolve through us
         elif name == _ADA_PKG + ".augment":
-            module.AugmentPipe = AugmentPipe
+            module.AugmentPipe = _unavailable
         elif name == _ADA_PKG + ".misc":
             module.constant = _unavailable
 
         def __getattr__(attr, _name=name):
             if attr.startswith("__"):
                 raise AttributeError(attr)
-            raise ADAUnavailableError(f"{_name}.{attr}: {_MESSAGE}")
+            raise ADAUnavailableError(f"{_name}.{attr}: {ADA_MESSAGE}")
 
         module.__getattr__ = __getattr__
         module.__mmgen_ada_stub__ = True
@@ -76,17 +73,18 @@ def install_ada_stub():
         sys.meta_path.append(_AdaStubFinder())  # last: only when the real package is missing
 
 
-def ada_available() -> bool:
-    """Whether a real stylegan/ada package is installed (a source checkout of mmgen)."""
-    import importlib.util
-
+def mmgen_root() -> Path | None:
+    """The installed mmgen package's folder (None: not installed)."""
     spec = importlib.util.find_spec("mmgen")
     if spec is None or not spec.submodule_search_locations:
-        return False
-    import os
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
 
-    root = next(iter(spec.submodule_search_locations))
-    return os.path.isdir(os.path.join(root, "models", "architectures", "stylegan", "ada"))
+
+def ada_available() -> bool:
+    """Whether a real stylegan/ada package is installed (a source checkout of mmgen)."""
+    root = mmgen_root()
+    return root is not None and (root / "models" / "architectures" / "stylegan" / "ada").is_dir()
 
 
 def uses_ada(value: object) -> bool:
@@ -99,9 +97,6 @@ def uses_ada(value: object) -> bool:
     if isinstance(value, (list, tuple)):
         return any(uses_ada(item) for item in value)
     return False
-
-
-ADA_MESSAGE = _MESSAGE
 
 
 def import_mmgen() -> None:
@@ -126,11 +121,9 @@ def _register_hooks() -> None:
 
     @HOOKS.register_module()
     class CPUResumeHook(Hook):
-        """Full resume (weights, both optimizers, iteration) with tensors mapped to the CPU.
-
-        train_model's cfg.resume_from calls runner.resume(path) whose map_location 'default'
-        asks torch.cuda.current_device(): "Found no NVIDIA driver" on a CPU machine. Registered
-        with priority HIGHEST so the timer and logger hooks see the restored iteration.
+        """Full resume (weights, both optimizers, iteration) mapped to the CPU: cfg.resume_from's
+        map_location 'default' asks torch.cuda.current_device(), "Found no NVIDIA driver" on a
+        CPU machine. Priority HIGHEST, so the timer and logger hooks see the restored iteration.
         """
 
         def __init__(self, checkpoint: str, map_location: str = "cpu") -> None:

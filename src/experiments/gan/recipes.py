@@ -20,16 +20,19 @@ from experiments.errors import ConfigError
 from experiments.gan import ddp as gan_ddp
 
 FAMILY = "gan"
-RECIPE_KEYS = (
-    "family",
-    "recipe",
-    "scale",
+POSITIVE = (  # each an integer >= 1 (eval_images may be 0)
     "batch_size",
     "iters",
     "checkpoint_interval",
     "log_interval",
     "sample_interval",
     "num_samples",
+)
+RECIPE_KEYS = (
+    "family",
+    "recipe",
+    "scale",
+    *POSITIVE,
     "eval_images",
     "eval_untrained",
     "ddp",
@@ -87,45 +90,35 @@ class GANRecipe:
                 options,
                 "a mapping of recipe keys, e.g. {model: {generator: {base_channels: 128}}}",
             )
+        integers = {
+            key: check.integer(values.get(key), f"model.{key}", minimum=1) for key in POSITIVE
+        }
         return cls(
             recipe=str(values.get("recipe")),
             scale=scale,
-            batch_size=check.integer(values.get("batch_size"), "model.batch_size", minimum=1),
-            iters=check.integer(values.get("iters"), "model.iters", minimum=1),
-            checkpoint_interval=check.integer(
-                values.get("checkpoint_interval"), "model.checkpoint_interval", minimum=1
-            ),
-            log_interval=check.integer(values.get("log_interval"), "model.log_interval", minimum=1),
-            sample_interval=check.integer(
-                values.get("sample_interval"), "model.sample_interval", minimum=1
-            ),
-            num_samples=check.integer(values.get("num_samples"), "model.num_samples", minimum=1),
+            **integers,
             eval_images=check.integer(values.get("eval_images"), "model.eval_images", minimum=0),
             cfg_options=flatten(options),
-            eval_untrained=_boolean(values.get("eval_untrained", False), "model.eval_untrained"),
+            eval_untrained=check.boolean(
+                values.get("eval_untrained", False), "model.eval_untrained"
+            ),
             ddp=None if values.get("ddp") is None else gan_ddp.mode(values["ddp"]),
         )
 
 
-def _boolean(value: Any, key: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(key, value, "true or false")
-    return value
-
-
 def configs_root(model_name: str = "gan") -> Path:
     """MMGen's bundled recipes (installed with the package, like `mim` would fetch them)."""
-    import importlib.util
+    from experiments.gan.mmgen_compat import mmgen_root
 
-    spec = importlib.util.find_spec("mmgen")
-    if spec is None or not spec.submodule_search_locations:
+    root = mmgen_root()
+    if root is None:
         raise ConfigError(
             "model",
             model_name,
             "GAN models need MMGeneration, which is not installed: run "
             "scripts/gan/install_gan.sh .venv (or `make setup-gan`)",
         )
-    return Path(next(iter(spec.submodule_search_locations))) / ".mim" / "configs"
+    return root / ".mim" / "configs"
 
 
 def recipe_path(recipe: str) -> Path:

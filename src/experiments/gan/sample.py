@@ -1,15 +1,8 @@
-"""`experiments-sample RUN_DIR|CHECKPOINT [--num 64] [--class N] [--seed 0] [--ema|--no-ema]
-[--npz] [--out FILE.png]`: a GAN checkpoint's images, as a PNG grid (and an .npz).
+"""`experiments-sample`: a GAN checkpoint's images as a PNG grid (and an .npz); see PARSER.
 
-The model is rebuilt from the run's record exactly as `experiments-eval` rebuilds it
-(gan/evaluate.py: the recorded config's plan, MMGen's builders, mmcv's strict
-`load_checkpoint`), and drawn through MMGen's own sampling API, `sample_from_noise`, as
-MMGen's `sample_unconditional_model` / `sample_conditional_model` do: batches of noise from
-the generator's own noise sampler, seeded here, so one seed gives the same images (and the
-same PNG bytes) every time and another seed other images. Grids use the layout of the run's
-training grids: square for an unconditional model; for a class-conditional one, one row per
-class (or `--class N`: every image of class N). Every argument is checked before anything is
-written; a bad one is one line and exit 2.
+The model is rebuilt as `experiments-eval` rebuilds it (gan/evaluate.py) and drawn through
+MMGen's `sample_from_noise`, as MMGen's sample tools do, with seeded noise: one seed gives the
+same PNG bytes every time. Every argument is checked before anything is written.
 """
 
 from __future__ import annotations
