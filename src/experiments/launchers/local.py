@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from experiments.errors import ConfigError
 from experiments.launchers.child import run_dir_overrides
+from experiments.validation import boolean
 
 
 def world_size(launcher: dict) -> int:
@@ -28,9 +28,7 @@ def has_cuda(launcher: dict) -> bool:
 
 
 def validate(launcher: dict) -> None:
-    warm = launcher.get("warm_points", False)
-    if not isinstance(warm, bool):
-        raise ConfigError("launcher.warm_points", warm, "true or false")
+    boolean(launcher.get("warm_points", False), "launcher.warm_points")
 
 
 def command(launcher: dict, overrides: list[str], run_dir: str) -> list[str]:

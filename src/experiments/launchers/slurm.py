@@ -23,7 +23,7 @@ from typing import Any
 
 from experiments.errors import ConfigError
 from experiments.launchers.resolvers import slurm_setup_lines
-from experiments.validation import integer
+from experiments.validation import boolean, integer
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +71,7 @@ def validate(launcher: dict) -> None:
     integer(launcher.get("signal_delay_s"), "launcher.signal_delay_s", minimum=0)
     integer(launcher.get("array_parallelism"), "launcher.array_parallelism", minimum=1)
     for key in ("wait", "snapshot"):
-        if not isinstance(launcher.get(key), bool):
-            raise ConfigError(f"launcher.{key}", launcher.get(key), "true or false")
+        boolean(launcher.get(key), f"launcher.{key}")
     gpus = integer(launcher.get("gpus_per_node"), "launcher.gpus_per_node", minimum=0)
     tasks = launcher["tasks_per_node"]
     if gpus and tasks != gpus:
