@@ -351,7 +351,6 @@ def _worker_exits_without_teardown() -> None:
     active exception", SIGABRT: a native thread still joinable at teardown), and torchrun
     killed rank 0 while it was still writing the run's summary, so a finished run failed."""
     import atexit
-    import os
 
     atexit._run_exitfuncs()
     logging.shutdown()
