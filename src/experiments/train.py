@@ -259,35 +259,33 @@ def _run(
     if plan.dims.world_size > 1:
         watchdog.start()  # a peer that dies stops this rank too (run/failures.py)
     try:
-        if recorder.enabled and logger:
-            recorder.loggers = loggers.open_loggers(logger, loggers.run_info(plan, config or {}))
-            recorder.artifact(write_plan(plan))
-        metrics = family.engine(plan.engine).train(plan, recorder)
+        try:
+            if recorder.enabled and logger:
+                info = loggers.run_info(plan, config or {})
+                recorder.loggers = loggers.open_loggers(logger, info)
+                recorder.artifact(write_plan(plan))
+            metrics = family.engine(plan.engine).train(plan, recorder)
+        finally:
+            watchdog.stop()  # however the engine ended
     except SystemExit as stopped:  # by a signal (Slurm requeue, time limit) after a checkpoint
-        watchdog.stop()
         recorder.finish("interrupted", interrupted=getattr(stopped, "reason", None))
         raise
     except Pruned as pruned:  # a search's pruner stopped this trial (run/early_stopping.py)
-        watchdog.stop()
         recorder.finish("pruned", metrics=pruned.metrics)
         print(f"Run pruned: {pruned}")
         return math.nan
     except (CheckpointError, RunStopped) as error:
-        watchdog.stop()
         recorder.finish("failed", error=str(error))
         print(f"error: {error}", file=sys.stderr)
         raise Ended(1) from None
     except KeyboardInterrupt:  # Ctrl-C before the engine could stop at a step boundary
-        watchdog.stop()
         recorder.finish(
             "interrupted", interrupted="Ctrl-C; its resume_command resumes from the last checkpoint"
         )
         raise
     except BaseException as error:
-        watchdog.stop()
         _record_crash(plan, recorder, rank, error)
         raise
-    watchdog.stop()
     for path in family.artifacts(plan.run_dir, metrics):
         recorder.artifact(path)
     recorder.finish("completed", metrics=metrics)

@@ -12,6 +12,7 @@ accounting, submitit's failing sacct polls are reported once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -313,11 +314,9 @@ def job_record() -> dict[str, Any] | None:
     code = snapshot.recorded()
     if code is not None:
         record["snapshot"] = code
-    try:
+    with contextlib.suppress(Exception):  # not in a submitit job, or an older submitit
         import submitit
 
         paths = submitit.JobEnvironment().paths
         record["stdout"], record["stderr"] = str(paths.stdout), str(paths.stderr)
-    except Exception:  # not in a submitit job, or an older submitit
-        pass
     return record
