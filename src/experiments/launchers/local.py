@@ -9,6 +9,7 @@ once.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from typing import Any
@@ -46,8 +47,6 @@ _ctrl_c = {"count": 0}
 
 
 def is_sweep_point() -> bool:
-    import os
-
     return os.environ.get(SWEEP_POINT_ENV) == "1"
 
 
