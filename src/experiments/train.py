@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments import callbacks, distributed_env, families, launchers, loggers
 from experiments.callbacks import print_config_error
+from experiments.composition import plain
 from experiments.errors import ConfigError, RunStopped
 from experiments.launchers import children, slurm
 from experiments.plan import build_plan, objective_value
@@ -79,7 +80,7 @@ def app(cfg: DictConfig) -> float | None:
             plan,
             cwd=hydra_cfg.runtime.cwd,
             warm_points=_warm_points(cfg),
-            logger=_container(cfg.get("logger")),
+            logger=plain(cfg.get("logger")) or {},  # (`logger=none`: an empty node)
             config=OmegaConf.to_container(cfg, resolve=True),
         )
         if sweep_login and local.ctrl_c_received():
@@ -176,13 +177,6 @@ def _record_crash(plan: Any, recorder: RunRecorder, rank: int, error: BaseExcept
             finish_failed(recorder, failures.wait_for_cause(plan.run_dir, own))
     else:
         recorder.finish("failed", error=text)
-
-
-def _container(node: Any) -> dict[str, Any]:
-    """A config node as plain data ({} for none: `logger=none` composes an empty node)."""
-    if node is None:
-        return {}
-    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
 def _warm_points(cfg: DictConfig) -> bool:
