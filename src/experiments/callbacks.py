@@ -22,7 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from experiments import distributed_env
-from experiments.composition import sweep_points
+from experiments.composition import plain, sweep_points
 from experiments.errors import ConfigError
 from experiments.launchers import sweep
 from experiments.run.record import COMMAND_ENV, user_command
@@ -271,9 +271,7 @@ def _prepare_loggers(config: DictConfig) -> None:
         return
     from experiments import loggers
 
-    loggers.prepare_sweep(
-        OmegaConf.to_container(config.logger, resolve=True), Path(config.hydra.sweep.dir)
-    )
+    loggers.prepare_sweep(plain(config.logger), Path(config.hydra.sweep.dir))
 
 
 class ExperimentsCallback(Callback):
@@ -311,7 +309,7 @@ class ExperimentsCallback(Callback):
             shipped = [sweep_dir / name for name in ("report.md", "report.csv")]
             shipped += [sweep_dir / name for name in outcome["figures"]]
             loggers.log_sweep_report(
-                OmegaConf.to_container(config.logger, resolve=True),
+                plain(config.logger),
                 sweep_dir,
                 [path for path in shipped if path.exists()],
             )
