@@ -7,6 +7,7 @@ Validating here means a bad config, or a dry run, leaves no directory behind.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import shlex
@@ -18,10 +19,10 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from experiments import distributed_env
-from experiments.composition import sweep_points
+from experiments.composition import plain, sweep_points
 from experiments.errors import ConfigError
 from experiments.launchers import sweep
 from experiments.run.record import COMMAND_ENV, user_command
@@ -95,17 +96,11 @@ def _start_search(config: DictConfig) -> None:
     could never serve stops here. The plan is trial 0's directory's for the dry run to show;
     for the check, a name no trial has (its record would hold trial 0's own parameters when
     a search is continued)."""
-    import json
-
     from experiments.plan import build_plan
 
     cfg = _compose_point(config, _search_point(config))
     run_dir = Path(config.hydra.sweep.dir).absolute() / ("0" if config.dry_run else "base")
-    try:
-        plan = build_plan(cfg, run_dir, [], dict(cfg.hydra.runtime.choices))
-    except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(ConfigError.exit_code)
+    plan = build_plan(cfg, run_dir, [], dict(cfg.hydra.runtime.choices))
     _preflight([(plan, cfg)], config)  # dry_run=doctor: the table, and exit
     if config.dry_run:
         _print(
@@ -192,7 +187,6 @@ def _search_point(config: DictConfig) -> list[str]:
     the sweeper reads them) at its first choice or lower bound. A mandatory key the search
     sets (data.root=choice(...)) is then set, and the point is as real as any trial."""
     from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
-    from omegaconf import OmegaConf
 
     task = list(config.hydra.overrides.task)
     params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
@@ -275,13 +269,9 @@ def _prepare_loggers(config: DictConfig) -> None:
     """The sweep's shared logger stores, made once here rather than by racing points."""
     if not config.get("logger"):
         return
-    from omegaconf import OmegaConf
-
     from experiments import loggers
 
-    loggers.prepare_sweep(
-        OmegaConf.to_container(config.logger, resolve=True), Path(config.hydra.sweep.dir)
-    )
+    loggers.prepare_sweep(plain(config.logger), Path(config.hydra.sweep.dir))
 
 
 class ExperimentsCallback(Callback):
@@ -314,14 +304,12 @@ class ExperimentsCallback(Callback):
         single = outcome["points"] == 1 and not asked_for_sweep()  # e.g. launcher=slurm
         print((format_run_outcome if single else format_outcome)(sweep_dir, outcome))
         if config.get("logger"):
-            from omegaconf import OmegaConf
-
             from experiments import loggers
 
             shipped = [sweep_dir / name for name in ("report.md", "report.csv")]
             shipped += [sweep_dir / name for name in outcome["figures"]]
             loggers.log_sweep_report(
-                OmegaConf.to_container(config.logger, resolve=True),
+                plain(config.logger),
                 sweep_dir,
                 [path for path in shipped if path.exists()],
             )
@@ -334,8 +322,6 @@ class ExperimentsCallback(Callback):
         """Check every point of the sweep before the first one starts or is queued."""
         global composed
         composed = True
-        import json
-
         from experiments.plan import build_plan
 
         # The command the user typed, recorded by every point (Slurm jobs inherit it).
@@ -401,34 +387,25 @@ class ExperimentsCallback(Callback):
         global composed, planned
         composed = True
         from experiments.plan import build_plan
+        from experiments.run import lock
 
         HydraConfig.instance().set_config(config)  # lets ${hydra:...} resolve this early
         hydra = config.hydra
         if not (distributed_env.is_worker() or distributed_env.in_slurm_job() or config.dry_run):
-            from experiments.run import lock
-
             lock.refuse_if_held(Path(hydra.run.dir))  # another run's: say so, not its config
-        try:
-            plan = build_plan(
-                config,
-                Path(hydra.run.dir).absolute(),
-                list(hydra.overrides.task),
-                dict(hydra.runtime.choices),
-            )
-        except ConfigError as error:
-            print_config_error(error)
-            sys.exit(ConfigError.exit_code)
+        plan = build_plan(
+            config,
+            Path(hydra.run.dir).absolute(),
+            list(hydra.overrides.task),
+            dict(hydra.runtime.choices),
+        )
         planned = plan
-        from experiments.run import lock
-
         if distributed_env.is_worker():
             lock.hold(plan.run_dir)  # a rank of the run its launching process holds: joins
             return  # the launching process already printed the plan / wrote .hydra
         if not distributed_env.in_slurm_job():  # a Slurm task checks itself (train.py)
             _preflight([(plan, config)], config)
         if config.dry_run == "json":
-            import json
-
             _print(json.dumps(plan.as_dict(), indent=2))
             sys.exit(0)
         if config.dry_run:

@@ -48,6 +48,11 @@ def user_overrides(overrides: list[str]) -> list[str]:
     return [o for o in overrides if not o.startswith(("dry_run=", "hydra.run.dir="))]
 
 
+def plain(node: Any) -> Any:
+    """A config node as plain data, resolved; anything else as it is."""
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+
 def _resolve(cfg: DictConfig) -> dict[str, Any]:
     """The job's keys, resolved (the hydra node has run-time values we do not need)."""
     values: dict[str, Any] = {}

@@ -1,13 +1,7 @@
 """`experiments-export RUN_DIR|CHECKPOINT [--out FILE] [--ema|--no-ema]`: a trained model as
-one topology-free file to take away.
-
-The file is a plain state dict (`torch.load(path, weights_only=True)`) with a JSON sidecar
-(`<file>.json`: model config, source run and checkpoint, step, metrics); experiments-eval
-accepts it in place of a checkpoint. SNN runs: the single-process model SpikingJelly's builder
-makes for the run's ModelConfig, whatever topology trained it. GAN runs: the generator (the
-EMA one by default where the recipe trains one) in MMGen's key layout; experiments-sample
-accepts it too. The family's exporter does the
-work (experiments/families.py); bad input is one line and exit 2, nothing written.
+one topology-free file to take away, with its JSON sidecar (run/exported.py); what it holds
+per family is PARSER's description. The family's exporter does the work
+(experiments/families.py); bad input is one line and exit 2, nothing written.
 """
 
 from __future__ import annotations

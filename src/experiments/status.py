@@ -183,11 +183,8 @@ def point_row(
     steps, epochs = found.get("steps") or [], found.get("metrics") or []
     step = _last(steps, "step") or _last(epochs, "step")
     epoch = _last(epochs, "epoch")
-    progress = " ".join(
-        part
-        for part in (f"step {step}" if step is not None else "", f"epoch {epoch}" if epoch else "")
-        if part
-    )
+    parts = [f"step {step}"] if step is not None else []
+    progress = " ".join([*parts, f"epoch {epoch}"] if epoch else parts)
     loss = _last(steps, "loss")
     if loss is None:
         loss = _last(epochs, "loss_gen") or _last(epochs, "train_loss")

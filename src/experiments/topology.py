@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from experiments.errors import ConfigError
+from experiments.validation import choice
 
 DATA_PARALLEL_KINDS = ("ddp", "fsdp2")
 MESH_DIM_NAMES = ("dp", "pp", "tp")
@@ -78,10 +79,7 @@ def parallel_dims(
     """Check the topology against the world size and the model, naming the key that is wrong."""
     name = topology["name"]
     kind = topology["data_parallel"]
-    if kind not in DATA_PARALLEL_KINDS:
-        raise ConfigError(
-            "topology.data_parallel", kind, f"one of {', '.join(DATA_PARALLEL_KINDS)}"
-        )
+    choice(kind, "topology.data_parallel", DATA_PARALLEL_KINDS)
     sizes = {}
     for key in ("tensor_parallel_size", "pipeline_parallel_size", "pipeline_microbatches"):
         value = topology[key]

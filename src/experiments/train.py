@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments import callbacks, distributed_env, families, launchers, loggers
 from experiments.callbacks import print_config_error
+from experiments.composition import plain
 from experiments.errors import ConfigError, RunStopped
 from experiments.launchers import children, slurm
 from experiments.plan import build_plan, objective_value
@@ -79,7 +80,7 @@ def app(cfg: DictConfig) -> float | None:
             plan,
             cwd=hydra_cfg.runtime.cwd,
             warm_points=_warm_points(cfg),
-            logger=_container(cfg.get("logger")),
+            logger=plain(cfg.get("logger")) or {},  # (`logger=none`: an empty node)
             config=OmegaConf.to_container(cfg, resolve=True),
         )
         if sweep_login and local.ctrl_c_received():
@@ -178,13 +179,6 @@ def _record_crash(plan: Any, recorder: RunRecorder, rank: int, error: BaseExcept
         recorder.finish("failed", error=text)
 
 
-def _container(node: Any) -> dict[str, Any]:
-    """A config node as plain data ({} for none: `logger=none` composes an empty node)."""
-    if node is None:
-        return {}
-    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-
-
 def _warm_points(cfg: DictConfig) -> bool:
     launcher = cfg.get("launcher") or {}
     return launcher.get("name") == "local" and bool(launcher.get("warm_points", False))
@@ -259,35 +253,33 @@ def _run(
     if plan.dims.world_size > 1:
         watchdog.start()  # a peer that dies stops this rank too (run/failures.py)
     try:
-        if recorder.enabled and logger:
-            recorder.loggers = loggers.open_loggers(logger, loggers.run_info(plan, config or {}))
-            recorder.artifact(write_plan(plan))
-        metrics = family.engine(plan.engine).train(plan, recorder)
+        try:
+            if recorder.enabled and logger:
+                info = loggers.run_info(plan, config or {})
+                recorder.loggers = loggers.open_loggers(logger, info)
+                recorder.artifact(write_plan(plan))
+            metrics = family.engine(plan.engine).train(plan, recorder)
+        finally:
+            watchdog.stop()  # however the engine ended
     except SystemExit as stopped:  # by a signal (Slurm requeue, time limit) after a checkpoint
-        watchdog.stop()
         recorder.finish("interrupted", interrupted=getattr(stopped, "reason", None))
         raise
     except Pruned as pruned:  # a search's pruner stopped this trial (run/early_stopping.py)
-        watchdog.stop()
         recorder.finish("pruned", metrics=pruned.metrics)
         print(f"Run pruned: {pruned}")
         return math.nan
     except (CheckpointError, RunStopped) as error:
-        watchdog.stop()
         recorder.finish("failed", error=str(error))
         print(f"error: {error}", file=sys.stderr)
         raise Ended(1) from None
     except KeyboardInterrupt:  # Ctrl-C before the engine could stop at a step boundary
-        watchdog.stop()
         recorder.finish(
             "interrupted", interrupted="Ctrl-C; its resume_command resumes from the last checkpoint"
         )
         raise
     except BaseException as error:
-        watchdog.stop()
         _record_crash(plan, recorder, rank, error)
         raise
-    watchdog.stop()
     for path in family.artifacts(plan.run_dir, metrics):
         recorder.artifact(path)
     recorder.finish("completed", metrics=metrics)
@@ -351,7 +343,6 @@ def _worker_exits_without_teardown() -> None:
     active exception", SIGABRT: a native thread still joinable at teardown), and torchrun
     killed rank 0 while it was still writing the run's summary, so a finished run failed."""
     import atexit
-    import os
 
     atexit._run_exitfuncs()
     logging.shutdown()

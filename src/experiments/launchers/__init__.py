@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from experiments.errors import ConfigError
+from experiments.validation import choice
 
 # conf/launcher/<name>.yaml -> experiments.launchers.<name>, imported when a plan asks (the
 # package itself stays light: `import experiments` registers resolvers.py's Slurm resolvers)
@@ -20,8 +20,7 @@ LAUNCHERS = ("local", "torchrun", "slurm")
 
 
 def launcher_module(name: str) -> ModuleType:
-    if name not in LAUNCHERS:
-        raise ConfigError("launcher.name", name, f"one of {', '.join(LAUNCHERS)}")
+    choice(name, "launcher.name", LAUNCHERS)
     return importlib.import_module(f"experiments.launchers.{name}")
 
 

@@ -48,9 +48,9 @@ def launch(plan: Any, command: list[str], warm_points: bool = False) -> float | 
     sweep's point runs in a fork of the sweep's warm process (launchers/warm_points.py)."""
     env = {**os.environ, distributed_env.WORKER_ENV: "1", COMMAND_ENV: user_command()}
     env.update(lock.child_env(plan.run_dir))  # they join this run's lock (run/lock.py)
-    if plan.choices.get("launcher") == "local":
-        from experiments.launchers import local
+    from experiments.launchers import local
 
+    if plan.choices.get("launcher") == "local":
         env[local.SWEEP_POINT_ENV] = "1"  # Ctrl-C at the sweep stops it gracefully
     if plan.choices.get("launcher") == "torchrun":
         from experiments.launchers import torchrun
@@ -67,8 +67,6 @@ def launch(plan: Any, command: list[str], warm_points: bool = False) -> float | 
     if returncode is None:  # cold: torchrun, warm points off, or no warm server
         returncode = subprocess.run(command, env=env, check=False).returncode
     summary = read_summary(plan.run_dir) or {}
-    from experiments.launchers import local
-
     stopped = summary.get("status") == "interrupted" or (
         local.ctrl_c_received() and summary.get("status") != "failed"
     )

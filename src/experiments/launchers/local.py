@@ -9,14 +9,15 @@ once.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from typing import Any
 
 import torch
 
-from experiments.errors import ConfigError
 from experiments.launchers.child import run_dir_overrides
+from experiments.validation import boolean
 
 
 def world_size(launcher: dict) -> int:
@@ -28,9 +29,7 @@ def has_cuda(launcher: dict) -> bool:
 
 
 def validate(launcher: dict) -> None:
-    warm = launcher.get("warm_points", False)
-    if not isinstance(warm, bool):
-        raise ConfigError("launcher.warm_points", warm, "true or false")
+    boolean(launcher.get("warm_points", False), "launcher.warm_points")
 
 
 def command(launcher: dict, overrides: list[str], run_dir: str) -> list[str]:
@@ -48,8 +47,6 @@ _ctrl_c = {"count": 0}
 
 
 def is_sweep_point() -> bool:
-    import os
-
     return os.environ.get(SWEEP_POINT_ENV) == "1"
 
 

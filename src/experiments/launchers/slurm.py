@@ -12,6 +12,7 @@ accounting, submitit's failing sacct polls are reported once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -23,7 +24,7 @@ from typing import Any
 
 from experiments.errors import ConfigError
 from experiments.launchers.resolvers import slurm_setup_lines
-from experiments.validation import integer
+from experiments.validation import boolean, integer
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +72,7 @@ def validate(launcher: dict) -> None:
     integer(launcher.get("signal_delay_s"), "launcher.signal_delay_s", minimum=0)
     integer(launcher.get("array_parallelism"), "launcher.array_parallelism", minimum=1)
     for key in ("wait", "snapshot"):
-        if not isinstance(launcher.get(key), bool):
-            raise ConfigError(f"launcher.{key}", launcher.get(key), "true or false")
+        boolean(launcher.get(key), f"launcher.{key}")
     gpus = integer(launcher.get("gpus_per_node"), "launcher.gpus_per_node", minimum=0)
     tasks = launcher["tasks_per_node"]
     if gpus and tasks != gpus:
@@ -314,11 +314,9 @@ def job_record() -> dict[str, Any] | None:
     code = snapshot.recorded()
     if code is not None:
         record["snapshot"] = code
-    try:
+    with contextlib.suppress(Exception):  # not in a submitit job, or an older submitit
         import submitit
 
         paths = submitit.JobEnvironment().paths
         record["stdout"], record["stderr"] = str(paths.stdout), str(paths.stderr)
-    except Exception:  # not in a submitit job, or an older submitit
-        pass
     return record

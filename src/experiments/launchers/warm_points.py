@@ -57,12 +57,11 @@ _server: Any = None  # the forkserver context, its preload set on first use
 
 
 def run_point(engine: str, argv: list[str], env: dict[str, str], cwd: str) -> int | None:
-    """Run one point in a fork of this sweep's warm process: multiprocessing's forkserver,
-    started on first use with the engine's modules preloaded (`set_forkserver_preload`). Its
-    exit status is what `subprocess.run(...).returncode` would give (a signal: minus its
-    number); None when the server cannot start it (it died: e.g. a preloaded module raised
-    something other than ImportError), and the caller runs the point cold, where its own
-    error is reported."""
+    """Run one point in a fork of this sweep's warm process (started on first use). Its exit
+    status is what `subprocess.run(...).returncode` would give (a signal: minus its number);
+    None when the server cannot start it (it died: e.g. a preloaded module raised something
+    other than ImportError), and the caller runs the point cold, where its own error is
+    reported."""
     global _server
     if _server is None:
         _server = multiprocessing.get_context("forkserver")

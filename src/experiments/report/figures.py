@@ -16,7 +16,7 @@ from typing import Any
 
 from experiments.families import Family
 from experiments.report.points import curve as read_curve
-from experiments.report.points import replacing
+from experiments.report.points import save_png
 
 TOP_K = 5  # points labelled in the curves and starred in the scatters
 CONTINUOUS_MIN_VALUES = 9  # a numeric key with at least this many distinct values: scatter
@@ -54,17 +54,11 @@ def draw(sweep_dir: Path, points: list[dict[str, Any]], keys: list[str], fam: Fa
     for key in keys if len(points) > 1 else []:  # a value vs. metric needs two points
         figure, axis = plt.subplots(figsize=(6.4, 4.2), dpi=110)
         _key_panel(axis, key, ranked, fam)
-        figure.tight_layout()
         written.append(f"metric_vs_{filename(key)}.png")
-        with replacing(sweep_dir / written[-1]) as temporary:
-            figure.savefig(temporary, format="png")
-        plt.close(figure)
+        save_png(figure, sweep_dir / written[-1])
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
     _curves(axes, points, keys, ranked, fam)
-    figure.tight_layout()
-    with replacing(sweep_dir / "learning_curves.png") as temporary:
-        figure.savefig(temporary, format="png")
-    plt.close(figure)
+    save_png(figure, sweep_dir / "learning_curves.png")
     written.append("learning_curves.png")
     if fam.tradeoff is not None and pareto_points(points, fam):
         written.append(_draw_tradeoff(sweep_dir, points, keys, fam))
@@ -115,10 +109,7 @@ def _draw_tradeoff(sweep_dir: Path, points: list[dict[str, Any]], keys: list[str
                    f"{len(front)} on the front", fontsize=9)  # fmt: skip
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)
-    figure.tight_layout()
-    with replacing(sweep_dir / fam.tradeoff.filename) as temporary:
-        figure.savefig(temporary, format="png")
-    plt.close(figure)
+    save_png(figure, sweep_dir / fam.tradeoff.filename)
     return fam.tradeoff.filename
 
 

@@ -15,6 +15,7 @@ never sees half a file (a lost race costs at most a stale row until the next ful
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import os
 import sys
@@ -106,6 +107,26 @@ def replacing(path: Path) -> contextlib.AbstractContextManager[Path]:
     (Slurm jobs of one sweep write the same files at once) and not fsynced (a report is
     rebuilt from the run directories)."""
     return atomically(path, path.with_name(f".{path.name}.{os.getpid()}.tmp"), fsync=False)
+
+
+def save_png(figure: Any, path: Path) -> None:
+    """A finished figure laid out, written through `replacing`, and closed."""
+    import matplotlib.pyplot as plt
+
+    figure.tight_layout()
+    with replacing(path) as temporary:
+        figure.savefig(temporary, format="png")
+    plt.close(figure)
+
+
+def write_table(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
+    with (
+        replacing(path) as temporary,
+        open(temporary, "w", newline="", encoding="utf-8") as handle,
+    ):
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def curve(run_dir: Path, log: str) -> dict[str, list[Any]]:

@@ -6,7 +6,6 @@ configuration whose seeds all failed is listed last.
 
 from __future__ import annotations
 
-import csv
 import math
 import statistics
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 
 from experiments.families import Family
 from experiments.report.points import curve as read_curve
-from experiments.report.points import replacing
+from experiments.report.points import save_png
 
 SEED = "seed"
 CSV = "report_seeds.csv"
@@ -108,16 +107,6 @@ def groups(points: list[dict[str, Any]], keys: list[str], fam: Family) -> list[d
 def columns(keys: list[str], fam: Family) -> list[str]:
     stats = [f"{m}_{s}" for m in fam.metrics for s in ("mean", "std", "ci95_low", "ci95_high")]
     return [*keys, "n", "n_completed", "n_failed", *stats, "seeds", "failed_seeds", "points"]
-
-
-def write_csv(sweep_dir: Path, table: list[dict[str, Any]], keys: list[str], fam: Family) -> None:
-    with (
-        replacing(Path(sweep_dir) / CSV) as temporary,
-        open(temporary, "w", newline="", encoding="utf-8") as handle,
-    ):
-        writer = csv.DictWriter(handle, fieldnames=columns(keys, fam), extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(table)
 
 
 def _fmt(value: float) -> str:
@@ -230,10 +219,7 @@ def _draw_objective(
     axis.set_title(f"{objective} per configuration over seeds (best first)", fontsize=10)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)
-    figure.tight_layout()
-    with replacing(path) as temporary:
-        figure.savefig(temporary, format="png")
-    plt.close(figure)
+    save_png(figure, path)
 
 
 def _draw_curves(
@@ -258,10 +244,7 @@ def _draw_curves(
         axis.grid(alpha=0.3)
         if axis.get_legend_handles_labels()[0]:
             axis.legend(fontsize=8)
-    figure.tight_layout()
-    with replacing(path) as temporary:
-        figure.savefig(temporary, format="png")
-    plt.close(figure)
+    save_png(figure, path)
 
 
 def _draw_band(axis: Any, panel: Any, members: list[dict[str, Any]], label: str) -> None:

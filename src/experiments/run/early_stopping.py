@@ -19,6 +19,7 @@ from typing import Any
 
 from experiments.errors import ConfigError
 from experiments.known_keys import nearest
+from experiments.validation import choice
 
 KEYS = ("patience", "metric", "mode", "min_delta")
 MODES = ("auto", "max", "min")
@@ -83,8 +84,7 @@ def from_trainer(
             f"one of auto, {', '.join(metrics)} (what {source} while it trains)",
         )
     mode = node.get("mode", "auto")
-    if mode not in MODES:
-        raise ConfigError("trainer.early_stopping.mode", mode, "one of " + ", ".join(MODES))
+    choice(mode, "trainer.early_stopping.mode", MODES)
     if mode == "auto":
         mode = "max" if metric.endswith("accuracy") else "min"
     delta = node.get("min_delta", 0.0)

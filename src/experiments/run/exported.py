@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from experiments.run.record import versions, write_json_atomic, write_torch_atomic
+from experiments.run.record import read_json, versions, write_json_atomic, write_torch_atomic
 
 FORMAT_KEY = "experiments_export"  # the sidecar's mark (its value: the format's version)
 FORMAT = 1
@@ -27,13 +27,8 @@ def read_sidecar(path: Path) -> dict[str, Any]:
 
 def is_exported(path: Path) -> bool:
     """A file experiments-export wrote: its sidecar is there and carries our mark."""
-    path = Path(path)
-    if not path.is_file() or not sidecar_of(path).is_file():
-        return False
-    try:
-        return read_sidecar(path).get(FORMAT_KEY) == FORMAT
-    except (OSError, ValueError, AttributeError):
-        return False
+    sidecar = read_json(sidecar_of(Path(path))) if Path(path).is_file() else None
+    return (sidecar or {}).get(FORMAT_KEY) == FORMAT
 
 
 def default_path(run_dir: Path, name: str, step: int) -> Path:

@@ -419,9 +419,7 @@ class RunRecorder:
         try:
             getattr(logger, method)(*args)
         except Exception as error:
-            import logging
-
-            logging.getLogger(__name__).warning(
+            log.warning(
                 "logger %s failed in %s (%s); the run goes on without it",
                 logger.name,
                 method,

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from experiments.run.record import atomically
+from experiments.report.points import replacing
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +84,11 @@ def _save(plot: Callable[[], Any], path: Path) -> bool:
     import matplotlib.pyplot as plt
 
     open_before = set(plt.get_fignums())
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         # A report being read never sees half a PNG. Optuna sets the ggplot style globally:
         # the report's own figures keep theirs.
         with (
-            atomically(path, temporary, fsync=False),
+            replacing(path) as temporary,
             matplotlib.rc_context(),
             _optuna_2_on_current_matplotlib(),
         ):

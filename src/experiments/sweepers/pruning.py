@@ -25,6 +25,7 @@ from typing import Any
 from experiments.errors import ConfigError
 from experiments.known_keys import nearest
 from experiments.run.record import atomically
+from experiments.validation import choice
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,7 @@ def check(name: Any, kwargs: Any) -> tuple[str, dict[str, Any]]:
     """`hydra.sweeper.pruner` and `hydra.sweeper.pruner_kwargs`, checked against the pruner
     class's own signature (a wrong key is refused before the search starts)."""
     name = "none" if name is None else name
-    if name not in PRUNERS:
-        raise ConfigError("hydra.sweeper.pruner", name, "one of " + ", ".join(PRUNERS))
+    choice(name, "hydra.sweeper.pruner", PRUNERS)
     kwargs = dict(kwargs or {})
     if name == "none":
         if kwargs:

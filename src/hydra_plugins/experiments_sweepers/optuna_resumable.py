@@ -40,12 +40,13 @@ class ResumableOptunaSweeper(OptunaSweeper):
     """hydra-optuna-sweeper's config schema (+ pruner), experiments.sweepers.optuna's loop."""
 
     def __init__(self, pruner: Any = "none", pruner_kwargs: Any = None, **kwargs: Any) -> None:
+        from experiments.composition import plain
         from experiments.errors import ConfigError
         from experiments.sweepers import pruning
         from experiments.sweepers.optuna import ResumableOptunaSweeperImpl
 
         try:  # before the search starts or writes anything: one line, exit 2
-            checked = pruning.check(pruner, _plain(pruner_kwargs))
+            checked = pruning.check(pruner, plain(pruner_kwargs))
             if checked[0] != "none" and not kwargs.get("storage"):
                 raise ConfigError(
                     "hydra.sweeper.pruner",
@@ -56,9 +57,3 @@ class ResumableOptunaSweeper(OptunaSweeper):
             print(f"error: {error}", file=sys.stderr)
             sys.exit(ConfigError.exit_code)
         self.sweeper = ResumableOptunaSweeperImpl(**kwargs, pruning=checked)
-
-
-def _plain(node: Any) -> Any:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
