@@ -228,8 +228,10 @@ class _Run:
 
     def _metrics(self, result: dict[str, Any] | None) -> dict[str, Any]:
         """The run's metrics: the library's result, or (stopped early) the last epoch's."""
+        from experiments.snn.engines.spikingjelly_loop import peak_memory_mb
+
         hooks, plan = self.hooks, self.plan
-        memory = collectives.gather(_peak_memory_mb(hooks))
+        memory = collectives.gather(peak_memory_mb(hooks.device))
         profile = summary_metrics(collectives.gather(self.profiler.digest))
         last = hooks.evaluations.last or {}
         if result is None or math.isnan(result["validation_accuracy"]):
@@ -261,12 +263,6 @@ class _Run:
             **profile,
             "library_result": result,
         }
-
-
-def _peak_memory_mb(hooks: Any) -> float:
-    from experiments.snn.engines.spikingjelly_loop import peak_memory_mb
-
-    return peak_memory_mb(hooks.device)
 
 
 def _placement(plan: SNNPlan) -> dict[str, Any]:

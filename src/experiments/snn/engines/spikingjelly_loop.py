@@ -434,7 +434,9 @@ class Evaluations:
             self.spikes.after_evaluation(scope, step, epoch) if self.spikes else (None, None)
         )
         if measured is not None:
-            record.update({key: measured[key] for key in spike_metrics()})
+            from experiments.snn.spikes import METRICS
+
+            record.update({key: measured[key] for key in METRICS})
             self.spikes.log(self.recorder, measured, step)
         self.last = record
         self.recorder.log_metrics(record)
@@ -462,12 +464,6 @@ class Evaluations:
                 self.saves.prune()
             log.warning("early stopping at step %d (epoch %d)", step, epoch)
             raise EarlyStopped
-
-
-def spike_metrics() -> tuple[str, ...]:
-    from experiments.snn.spikes import METRICS
-
-    return METRICS
 
 
 class ResumableLoader:
