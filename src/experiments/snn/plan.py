@@ -36,6 +36,7 @@ from experiments.snn.models import capabilities, instantiate_model_config, param
 from experiments.topology import ParallelDims, parallel_dims
 
 CHECKPOINT_DIRNAME = "checkpoints"
+DERIVED = ("accumulation_steps", "derivation")  # batch keys of a derived batch (derive_batch)
 
 
 @dataclass
@@ -100,14 +101,7 @@ class SNNPlan:
                 "per_rank": config.batch_size,
                 "global": self.global_batch,
                 "micro": config.batch_size // self.dims.pipeline_microbatches,
-                **(
-                    {
-                        "accumulation_steps": self.trainer["accumulation_steps"],
-                        "derivation": self.trainer["derivation"],
-                    }
-                    if "derivation" in self.trainer
-                    else {}
-                ),
+                **{k: self.trainer[k] for k in DERIVED if "derivation" in self.trainer},
             },
             "run_dir": str(self.run_dir),
             "resume": self.resume,
