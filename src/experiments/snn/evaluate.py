@@ -234,13 +234,6 @@ def _merged_state(plan: Any, path: Path) -> tuple[dict[str, torch.Tensor], int]:
     return _merged(plan, pipeline, tensor, shard), int(meta["step"])
 
 
-def _trained_by_spikingjelly(run_dir: Path) -> bool:
-    """A run that SpikingJelly's own loop trained (its `step_N/` folders hold config.json and
-    one DCP folder per (pp, tp) rank); False for a run of our retired CPU engine (one .pt
-    shard per (pp, tp) rank and meta.json)."""
-    return (read_summary(run_dir) or {}).get("engine") == "spikingjelly"
-
-
 def _library_state(plan: Any, path: Path) -> tuple[dict, int]:
     """One of SpikingJelly's DCP checkpoints: each (pp, tp) folder's full model state (the
     library saves with full_state_dict=True), read without a process group, then merged by
@@ -267,7 +260,9 @@ def _library_state(plan: Any, path: Path) -> tuple[dict, int]:
 def _load_newest_readable(
     plan: Any, run_dir: Path, chosen: Path | None
 ) -> tuple[torch.nn.Module, Path, int]:
-    library = _trained_by_spikingjelly(run_dir)
+    # SpikingJelly's own loop wrote its step_N/ (config.json, a DCP folder per (pp, tp) rank);
+    # else our retired CPU engine did (a .pt shard per (pp, tp) rank, meta.json)
+    library = (read_summary(run_dir) or {}).get("engine") == "spikingjelly"
     if chosen is not None:
         if not library and not (chosen / checkpoints.META).is_file():
             raise ConfigError(
