@@ -68,6 +68,9 @@ EVALUATION_LOCALS = ("global_step", "epoch", "batch_index", "train_loss", "confi
                      "dp_rank", "checkpoint_group", "checkpoint_future", "training_seconds",
                      "processed_images", "dp_group", "validation_loader", "evaluation_step",
                      "evaluation_schedule", "precision")  # fmt: skip
+# of EVALUATION_LOCALS, what Saves.save_here hands the library's _save_checkpoint as it is
+SAVED_LOCALS = ("config", "model", "optimizer", "scheduler", "scaler", "tp_rank", "pp_rank",
+                "dp_rank")  # fmt: skip
 TRAIN_STEP_LOCALS = ("loss_targets", "loss_function", "scaler", "precision")
 SYNCHRONIZE_CALLS = 2  # torch.cuda.synchronize(device) per optimizer step
 NEVER = 2**62  # a checkpoint interval no run reaches: the library keeps its checkpoint groups
@@ -335,22 +338,10 @@ class Saves:
         if dist.get_rank() == 0 and path.exists():  # this step again, after a resume
             shutil.rmtree(path)
         dist.barrier()
-        future = self.save(
-            path,
-            device=device,
-            config=scope["config"],
-            model=scope["model"],
-            optimizer=scope["optimizer"],
-            scheduler=scope["scheduler"],
-            scaler=scope["scaler"],
-            step=step,
-            epoch=scope["epoch"],
-            batch_in_epoch=scope["batch_index"] + 1,
-            tp_rank=scope["tp_rank"],
-            pp_rank=scope["pp_rank"],
-            dp_rank=scope["dp_rank"],
-            process_group=scope["checkpoint_group"],
-        )
+        future = self.save(path, device=device, step=step, epoch=scope["epoch"],
+                           batch_in_epoch=scope["batch_index"] + 1,
+                           process_group=scope["checkpoint_group"],
+                           **{key: scope[key] for key in SAVED_LOCALS})  # fmt: skip
         self.finish(future, device)
         return path
 
