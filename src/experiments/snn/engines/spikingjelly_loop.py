@@ -346,7 +346,6 @@ class Saves:
         return path
 
     def prune(self, root: Path | None = None, keep: int | None = None) -> None:
-        """keep_checkpoints: rank 0 removes complete checkpoints beyond the newest N."""
         keep = self.hooks.keep if keep is None else keep
         if keep and dist.get_rank() == 0:
             remove_all_but_newest(root or self.root, keep)
