@@ -55,7 +55,6 @@ def start_point(plan: Any) -> tuple[str, Path | None]:
 
 
 def _register_record_hook() -> None:
-    """Our logger hooks and the record hook in mmcv's HOOKS, once per process."""
     from mmcv.runner import HOOKS
 
     if "ExperimentsRecordHook" in HOOKS.module_dict:
@@ -255,8 +254,7 @@ def _join_ranks(plan: Any) -> list[dict[str, Any]]:
 def _record_start(
     recorder: RunRecorder, plan: Any, cfg: Any, start: tuple[str, Path | None], placements: list
 ) -> None:
-    """Rank 0: the composed recipe beside the run's record, and in summary.json how the run
-    starts (fresh, resumed, from which checkpoint) and where its ranks run."""
+    """Rank 0's record of how the run starts, beside the composed recipe it trains."""
     how, checkpoint = start
     cfg.dump(str(plan.run_dir / CONFIG_FILE))
     recorder.summary.update(start=how, start_checkpoint=str(checkpoint) if checkpoint else None)
@@ -270,8 +268,7 @@ def _record_start(
 def _add_hooks(
     cfg: Any, plan: Any, hook_recorder: RunRecorder, start: tuple[str, Path | None], stop: Any
 ) -> None:
-    """Our hooks in the recipe MMGen's runner builds: the record, the logger group's
-    loggers, the start checkpoint's, atomic checkpoints and the stop on a signal."""
+    """Our hooks, in the recipe MMGen's runner builds its hooks from."""
     how, checkpoint = start
     distributed = plan.distributed
     record_hook = dict(

@@ -176,19 +176,15 @@ def _config(run_dir: Path, overrides: list[str]) -> tuple[DictConfig, dict[str, 
 
 
 def _data_option(name: str) -> DictConfig:
-    path = _conf_root() / "data" / f"{name}.yaml"
+    import experiments.conf
+
+    path = Path(experiments.conf.__file__).parent / "data" / f"{name}.yaml"
     if not path.is_file():
         options = sorted(p.stem for p in path.parent.glob("*.yaml"))
         raise ConfigError("data", name, "one of the data group's options: " + ", ".join(options))
     node = OmegaConf.load(path)
     assert isinstance(node, DictConfig)
     return node
-
-
-def _conf_root() -> Path:
-    import experiments.conf
-
-    return Path(experiments.conf.__file__).parent
 
 
 # ---------------------------------------------------------------- checkpoints

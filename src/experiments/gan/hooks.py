@@ -231,8 +231,6 @@ def early_stopping_hook(
                     runner._max_iters = done  # the runner's loop ends after this iteration
 
             def _save_best(self, runner: Any) -> None:
-                from pathlib import Path
-
                 from mmcv.runner import CheckpointHook
 
                 checkpoint = next((h for h in runner.hooks if isinstance(h, CheckpointHook)), None)

@@ -316,6 +316,10 @@ def check_reshard(plan: GANPlan, extensions: list[str], allow_batch_change: bool
 
 # trainer.spikes as conf/trainer/default.yaml sets it: what a GAN run leaves untouched
 SNN_SPIKES = {"images": "auto", "seed": 0, "costs": "fp32", "guard": 3}
+# ... and its SNN trainer keys, which a GAN run must leave at these values
+SNN_TRAINER = {"engine": "auto", "precision": "fp32", "execution_mode": "eager", "memopt_level": 0,
+               "fp8_recipe": "auto", "memopt_checkpoint_budget": "memory",
+               "memopt_compress_inputs": True, "profile_steps": 0}  # fmt: skip
 
 
 def _check_trainer(trainer: dict[str, Any]) -> None:
@@ -326,16 +330,7 @@ def _check_trainer(trainer: dict[str, Any]) -> None:
             "default: GAN runs train with MMGen's train_model; trainer=classify is "
             "SpikingJelly's classic Trainer, for SNN models",
         )
-    for key, default in (
-        ("engine", "auto"),
-        ("precision", "fp32"),
-        ("execution_mode", "eager"),
-        ("memopt_level", 0),
-        ("fp8_recipe", "auto"),
-        ("memopt_checkpoint_budget", "memory"),
-        ("memopt_compress_inputs", True),
-        ("profile_steps", 0),
-    ):
+    for key, default in SNN_TRAINER.items():
         if trainer.get(key) != default:
             raise ConfigError(
                 f"trainer.{key}",

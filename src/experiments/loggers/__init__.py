@@ -140,13 +140,8 @@ def run_info(plan: Any, config: dict[str, Any]) -> RunInfo:
     run_dir = Path(plan.run_dir)
     sweep_dir = sweep_of(run_dir)
     shown = [o for o in plan.overrides if not o.startswith(("hydra.", "dry_run="))]
-    tags = {
-        "model": str(plan.choices.get("model")),
-        "data": str(plan.choices.get("data")),
-        "topology": str(plan.choices.get("topology")),
-        "launcher": str(plan.choices.get("launcher")),
-        "engine": str(plan.engine),
-    }
+    tags = {key: str(plan.choices.get(key)) for key in ("model", "data", "topology", "launcher")}
+    tags["engine"] = str(plan.engine)
     if sweep_dir is not None:
         tags.update(sweep=sweep_dir.name, point=run_dir.name)
     config = {k: v for k, v in config.items() if k != "hydra"}

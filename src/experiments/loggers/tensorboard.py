@@ -11,10 +11,9 @@ DIRNAME = "tensorboard"
 
 
 def validate(settings: dict[str, Any]) -> None:
-    from experiments.errors import ConfigError
+    from experiments.validation import boolean
 
-    if not isinstance(settings.get("hparams", True), bool):
-        raise ConfigError("logger.tensorboard.hparams", settings["hparams"], "true or false")
+    boolean(settings.get("hparams", True), "logger.tensorboard.hparams")
 
 
 class TensorBoardLogger(Logger):
@@ -48,9 +47,8 @@ class TensorBoardLogger(Logger):
         if self.settings.get("hparams", True) and status == "completed":
             from torch.utils.tensorboard.summary import hparams
 
-            params = {k: v for k, v in self.info.params.items()}
             final = {f"final/{k}": float(v) for k, v in metrics.items()}
-            experiment, start, end = hparams(params, final)
+            experiment, start, end = hparams(self.info.params, final)
             writer = self.writer()
             for summary in (experiment, start, end):
                 writer.file_writer.add_summary(summary)

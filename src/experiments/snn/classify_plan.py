@@ -33,17 +33,9 @@ OPT_NAMES = {
 }
 # What the default trainer's keys mean for the shared parts of the plan (TrainingConfig):
 # the classic Trainer has no step limit, step-interval checkpoints or memopt.
-NEUTRAL_KEYS = {
-    "max_steps": None,
-    "checkpoint_interval": 0,
-    "keep_checkpoints": 1,
-    "log_every_n_steps": 1,
-    "profile_steps": 0,
-    "engine": NAME,
-    "memopt_level": 0,
-    "scheduler": None,
-    "scheduler_kwargs": {},
-}
+NEUTRAL_KEYS = {"max_steps": None, "checkpoint_interval": 0, "keep_checkpoints": 1,
+                "log_every_n_steps": 1, "profile_steps": 0, "engine": NAME, "memopt_level": 0,
+                "scheduler": None, "scheduler_kwargs": {}}  # fmt: skip
 
 
 def is_classify(trainer: dict[str, Any]) -> bool:
@@ -81,8 +73,7 @@ def check_keys(trainer: dict[str, Any]) -> dict[str, Any]:
     if trainer["clip_grad_norm"] is not None:
         check.positive_number(trainer["clip_grad_norm"], "trainer.clip_grad_norm")
     for key in ("model_ema", "sync_bn", "test_only", "deterministic"):
-        if not isinstance(trainer[key], bool):
-            raise ConfigError(f"trainer.{key}", trainer[key], "true or false")
+        check.boolean(trainer[key], f"trainer.{key}")
     check.integer(trainer["model_ema_steps"], "trainer.model_ema_steps", minimum=1)
     decay = trainer["model_ema_decay"]
     if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 < decay < 1:

@@ -212,34 +212,26 @@ def _build_model(plan: Any) -> torch.nn.Module:
     return build_single_process_model(config.model, torch.device("cpu"), config.batch_size)
 
 
+def _merged(plan: Any, pipeline: int, tensor: int, shard: Callable[[int, int], dict]) -> dict:
+    """The (pp, tp) shards' model states merged into the canonical names by the model's
+    builder."""
+    shards = [(pp, tp, shard(pp, tp)) for pp in range(pipeline) for tp in range(tensor)]
+    model = plan.training_config.model
+    builder = model.get_builder_cls()(model)
+    return builder.merge_state_dicts(shards, pipeline_size=pipeline, tensor_size=tensor)
+
+
 def _merged_state(plan: Any, path: Path) -> tuple[dict[str, torch.Tensor], int]:
-    """One checkpoint's model, its (pp, tp) shards merged into the canonical names."""
     import json
 
     meta = json.loads((path / checkpoints.META).read_text(encoding="utf-8"))
     _, pipeline, tensor = meta.get("mesh", {}).get("shape", [1, 1, 1])
-    shards = [
-        (
-            pp,
-            tp,
-            torch.load(
-                path / checkpoints.shard_name(pp, tp), map_location="cpu", weights_only=True
-            )["model"],
-        )
-        for pp in range(pipeline)
-        for tp in range(tensor)
-    ]
-    model = plan.training_config.model
-    builder = model.get_builder_cls()(model)
-    merged = builder.merge_state_dicts(shards, pipeline_size=pipeline, tensor_size=tensor)
-    return merged, int(meta["step"])
 
+    def shard(pp: int, tp: int) -> dict:
+        name = checkpoints.shard_name(pp, tp)
+        return torch.load(path / name, map_location="cpu", weights_only=True)["model"]
 
-def _trained_by_spikingjelly(run_dir: Path) -> bool:
-    """A run that SpikingJelly's own loop trained (its `step_N/` folders hold config.json and
-    one DCP folder per (pp, tp) rank); False for a run of our retired CPU engine (one .pt
-    shard per (pp, tp) rank and meta.json)."""
-    return (read_summary(run_dir) or {}).get("engine") == "spikingjelly"
+    return _merged(plan, pipeline, tensor, shard), int(meta["step"])
 
 
 def _library_state(plan: Any, path: Path) -> tuple[dict, int]:
@@ -260,21 +252,17 @@ def _library_state(plan: Any, path: Path) -> tuple[dict, int]:
         raise EvaluationError(f"{path} is not a complete SpikingJelly checkpoint ({reason})")
     recipe = read_recipe(path)
     pipeline, tensor = recipe["pipeline_parallel_size"], recipe["tensor_parallel_size"]
-    shards = [
-        (pp, tp, read_shard(path / shard_folder(pp, tp))["model"])
-        for pp in range(pipeline)
-        for tp in range(tensor)
-    ]
-    model = plan.training_config.model
-    builder = model.get_builder_cls()(model)
-    merged = builder.merge_state_dicts(shards, pipeline_size=pipeline, tensor_size=tensor)
+    merged = _merged(plan, pipeline, tensor,
+                     lambda pp, tp: read_shard(path / shard_folder(pp, tp))["model"])  # fmt: skip
     return merged, checkpoint_step(path)
 
 
 def _load_newest_readable(
     plan: Any, run_dir: Path, chosen: Path | None
 ) -> tuple[torch.nn.Module, Path, int]:
-    library = _trained_by_spikingjelly(run_dir)
+    # SpikingJelly's own loop wrote its step_N/ (config.json, a DCP folder per (pp, tp) rank);
+    # else our retired CPU engine did (a .pt shard per (pp, tp) rank, meta.json)
+    library = (read_summary(run_dir) or {}).get("engine") == "spikingjelly"
     if chosen is not None:
         if not library and not (chosen / checkpoints.META).is_file():
             raise ConfigError(

@@ -36,6 +36,12 @@ from experiments.snn.models import capabilities, instantiate_model_config, param
 from experiments.topology import ParallelDims, parallel_dims
 
 CHECKPOINT_DIRNAME = "checkpoints"
+# TrainingConfig fields that are the trainer's keys, and the mesh's, as they are
+TRAINER_FIELDS = ("epochs", "batch_size", "workers", "scheduler", "execution_mode", "memopt_level",
+                  "max_steps", "checkpoint_interval")  # fmt: skip
+DIMS_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "pipeline_microbatches",
+               "data_parallel")  # fmt: skip
+DERIVED = ("accumulation_steps", "derivation")  # batch keys of a derived batch (derive_batch)
 
 
 @dataclass
@@ -100,14 +106,7 @@ class SNNPlan:
                 "per_rank": config.batch_size,
                 "global": self.global_batch,
                 "micro": config.batch_size // self.dims.pipeline_microbatches,
-                **(
-                    {
-                        "accumulation_steps": self.trainer["accumulation_steps"],
-                        "derivation": self.trainer["derivation"],
-                    }
-                    if "derivation" in self.trainer
-                    else {}
-                ),
+                **{k: self.trainer[k] for k in DERIVED if "derivation" in self.trainer},
             },
             "run_dir": str(self.run_dir),
             "resume": self.resume,
@@ -370,28 +369,18 @@ def _training_config(
             dataset_builder=values["data"]["builder"],
             dataset_kwargs=data_kwargs,
             input_layout=input_layout(values["data"]),
-            epochs=trainer["epochs"],
-            batch_size=trainer["batch_size"],
-            workers=trainer["workers"],
+            **{key: trainer[key] for key in TRAINER_FIELDS},
+            **{key: getattr(dims, key) for key in DIMS_FIELDS},
             optimizer=optimizer_name,
             optimizer_kwargs=optimizer_kwargs,
-            scheduler=trainer["scheduler"],
             scheduler_kwargs=trainer["scheduler_kwargs"] or {},
-            tensor_parallel_size=dims.tensor_parallel_size,
-            pipeline_parallel_size=dims.pipeline_parallel_size,
-            pipeline_microbatches=dims.pipeline_microbatches,
-            data_parallel=dims.data_parallel,
             precision=PrecisionConfig(
                 mode=trainer["precision"], fp8_recipe=trainer.get("fp8_recipe", "auto")
             ),
-            execution_mode=trainer["execution_mode"],
-            memopt_level=trainer["memopt_level"],
             memopt_checkpoint_budget=trainer.get("memopt_checkpoint_budget", "memory"),
             memopt_compress_inputs=bool(trainer.get("memopt_compress_inputs", True)),
-            max_steps=trainer["max_steps"],
             timing_warmup_steps=timing_warmup_steps(trainer),
             checkpoint_dir=run_dir / CHECKPOINT_DIRNAME,
-            checkpoint_interval=trainer["checkpoint_interval"],
             resume=Path(resume) if resume not in (None, "auto") else None,
             seed=values["seed"],
         )

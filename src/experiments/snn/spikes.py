@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from experiments import validation as check
 from experiments.errors import ConfigError, RunStopped
 
 SPIKES_FILE = "spikes.json"
@@ -74,14 +75,9 @@ def settings(trainer: dict[str, Any]) -> Settings:
     for key in sorted(set(node) - set(KEYS)):
         raise ConfigError(f"trainer.spikes.{key}", node[key], "valid keys: " + ", ".join(KEYS))
     images, seed, guard = node.get("images", "auto"), node.get("seed", 0), node.get("guard")
-    for key, value in (("images", images), ("seed", seed)):
-        if key == "images" and value == "auto":
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(
-                f"trainer.spikes.{key}", value, "an integer >= 0" + (" or auto (0: off)"
-                                                                    if key == "images" else "")
-            )  # fmt: skip
+    if images != "auto" and (isinstance(images, bool) or not isinstance(images, int) or images < 0):
+        raise ConfigError("trainer.spikes.images", images, "an integer >= 0 or auto (0: off)")
+    check.integer(seed, "trainer.spikes.seed", minimum=0)
     if guard is not None and (isinstance(guard, bool) or not isinstance(guard, int) or guard < 1):
         raise ConfigError(
             "trainer.spikes.guard",
@@ -89,9 +85,7 @@ def settings(trainer: dict[str, Any]) -> Settings:
             "an integer >= 1 (evaluations in a row a layer may stay silent or saturated before "
             "the run stops), or null: off",
         )
-    costs = node.get("costs", "fp32")
-    if costs not in COSTS:
-        raise ConfigError("trainer.spikes.costs", costs, "one of " + ", ".join(COSTS))
+    costs = check.choice(node.get("costs", "fp32"), "trainer.spikes.costs", COSTS)
     return Settings(None if images == "auto" else int(images), int(seed), str(costs), guard)
 
 

@@ -78,7 +78,7 @@ def train(plan: Any, recorder: Any) -> dict[str, Any]:
         if trainer.spikes is not None and recorder.enabled:
             trainer.spikes.draw(recorder)
         if args.distributed:
-            metrics["replica_max_diff"] = trainer.replica_spread()
+            metrics["replica_max_diff"] = collectives.replica_spread(trainer.model.parameters())
         return metrics
     finally:
         import torch.distributed as dist
@@ -277,25 +277,17 @@ class _ClassifyHooks:
         cls = import_object(self.config.optimizer, "optimizer.name")
         return cls(parameters, **self.config.optimizer_kwargs)
 
-    def replica_spread(self) -> float:
-        """Largest difference of any parameter's sum across the DDP replicas (0: in step)."""
-        return collectives.replica_spread(self.model.parameters())
-
     def get_tb_logdir_name(self, args: argparse.Namespace) -> str:
         return TB_NAME
 
     # --- the time dimension ------------------------------------------------------------
 
-    def _sequence(self, x: torch.Tensor) -> torch.Tensor:
+    def preprocess_train_sample(self, args: argparse.Namespace, x: torch.Tensor) -> torch.Tensor:
         if x.ndim == 5:  # [N, T, C, H, W] from a sequence loader -> [T, N, C, H, W]
             return x.transpose(0, 1).contiguous()
         return x.unsqueeze(0).repeat(self.time_steps, *([1] * x.ndim))
 
-    def preprocess_train_sample(self, args: argparse.Namespace, x: torch.Tensor) -> torch.Tensor:
-        return self._sequence(x)
-
-    def preprocess_test_sample(self, args: argparse.Namespace, x: torch.Tensor) -> torch.Tensor:
-        return self._sequence(x)
+    preprocess_test_sample = preprocess_train_sample
 
     def process_model_output(self, args: argparse.Namespace, y: torch.Tensor) -> torch.Tensor:
         return y.mean(0) if y.ndim == 3 else y  # [T, N, classes] -> firing-rate readout

@@ -71,12 +71,7 @@ def _free_port() -> int:
 def single_process_env() -> dict[str, str]:
     """What env:// needs when nothing launched ranks (launcher=local, one process): this
     process is rank 0 of 1. Keys already set (torchrun, a Slurm task) are left alone."""
-    values = {
-        "RANK": "0",
-        "WORLD_SIZE": "1",
-        "LOCAL_RANK": "0",
-        "MASTER_ADDR": "127.0.0.1",
-    }
+    values = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1"}
     added = {key: value for key, value in values.items() if key not in os.environ}
     if "MASTER_PORT" not in os.environ:
         added["MASTER_PORT"] = str(_free_port())
@@ -159,8 +154,8 @@ class _Run:
         """Every rank loaded `path` (at `step`): the records and the checkpoints go back to that
         step, and the monitor replays the evaluations the records keep (its best, its
         patience count)."""
+        root = self.plan.training_config.checkpoint_dir
         if dist.get_rank() == 0:
-            root = self.plan.training_config.checkpoint_dir
             for folder in remove_newer_than(root, step):
                 log.warning("removed %s: newer than the checkpoint resumed (step %d)", folder, step)
         dist.barrier()
@@ -175,11 +170,7 @@ class _Run:
         if self.monitor.active:
             kept = read_jsonl(self.plan.run_dir / METRICS)[0] if dist.get_rank() == 0 else None
             self.monitor.replay(collectives.broadcast_from_rank0(kept))
-            best = (
-                self.plan.training_config.checkpoint_dir
-                / BEST
-                / f"step_{self.monitor.best_step or 0:08d}"
-            )
+            best = root / BEST / f"step_{self.monitor.best_step or 0:08d}"
             if self.monitor.best_step is not None and best.is_dir():
                 self.monitor.kept(best)
 
@@ -228,8 +219,10 @@ class _Run:
 
     def _metrics(self, result: dict[str, Any] | None) -> dict[str, Any]:
         """The run's metrics: the library's result, or (stopped early) the last epoch's."""
+        from experiments.snn.engines.spikingjelly_loop import peak_memory_mb
+
         hooks, plan = self.hooks, self.plan
-        memory = collectives.gather(_peak_memory_mb(hooks))
+        memory = collectives.gather(peak_memory_mb(hooks.device))
         profile = summary_metrics(collectives.gather(self.profiler.digest))
         last = hooks.evaluations.last or {}
         if result is None or math.isnan(result["validation_accuracy"]):
@@ -261,12 +254,6 @@ class _Run:
             **profile,
             "library_result": result,
         }
-
-
-def _peak_memory_mb(hooks: Any) -> float:
-    from experiments.snn.engines.spikingjelly_loop import peak_memory_mb
-
-    return peak_memory_mb(hooks.device)
 
 
 def _placement(plan: SNNPlan) -> dict[str, Any]:

@@ -62,14 +62,9 @@ def scan_checkpoints(root: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
         key=checkpoint_step,
         reverse=True,
     )
-    complete, torn = [], []
-    for folder in folders:
-        reason = torn_reason(folder)
-        if reason is None:
-            complete.append(folder)
-        else:
-            torn.append((folder, reason))
-    return complete, torn
+    judged = [(folder, torn_reason(folder)) for folder in folders]
+    complete = [folder for folder, why in judged if why is None]
+    return complete, [(folder, why) for folder, why in judged if why is not None]
 
 
 def written_shards(path: Path) -> int:

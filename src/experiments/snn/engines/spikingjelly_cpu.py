@@ -27,29 +27,9 @@ warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as tru
 class CudaOnCPU:
     """`torch.cuda` as the library's loop uses it, answered for a CPU rank."""
 
-    @staticmethod
-    def is_available() -> bool:
-        return True
-
-    @staticmethod
-    def set_device(device: Any) -> None:
-        return None
-
-    @staticmethod
-    def synchronize(device: Any = None) -> None:
-        return None
-
-    @staticmethod
-    def reset_peak_memory_stats(device: Any = None) -> None:
-        return None
-
-    @staticmethod
-    def max_memory_allocated(device: Any = None) -> int:
-        return 0
-
-    @staticmethod
-    def max_memory_reserved(device: Any = None) -> int:
-        return 0
+    is_available = staticmethod(lambda: True)
+    set_device = synchronize = reset_peak_memory_stats = staticmethod(lambda device=None: None)
+    max_memory_allocated = max_memory_reserved = staticmethod(lambda device=None: 0)
 
     @staticmethod
     def get_rng_state(device: Any = None) -> torch.Tensor:

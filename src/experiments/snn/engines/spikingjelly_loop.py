@@ -68,6 +68,9 @@ EVALUATION_LOCALS = ("global_step", "epoch", "batch_index", "train_loss", "confi
                      "dp_rank", "checkpoint_group", "checkpoint_future", "training_seconds",
                      "processed_images", "dp_group", "validation_loader", "evaluation_step",
                      "evaluation_schedule", "precision")  # fmt: skip
+# of EVALUATION_LOCALS, what Saves.save_here hands the library's _save_checkpoint as it is
+SAVED_LOCALS = ("config", "model", "optimizer", "scheduler", "scaler", "tp_rank", "pp_rank",
+                "dp_rank")  # fmt: skip
 TRAIN_STEP_LOCALS = ("loss_targets", "loss_function", "scaler", "precision")
 SYNCHRONIZE_CALLS = 2  # torch.cuda.synchronize(device) per optimizer step
 NEVER = 2**62  # a checkpoint interval no run reaches: the library keeps its checkpoint groups
@@ -335,27 +338,14 @@ class Saves:
         if dist.get_rank() == 0 and path.exists():  # this step again, after a resume
             shutil.rmtree(path)
         dist.barrier()
-        future = self.save(
-            path,
-            device=device,
-            config=scope["config"],
-            model=scope["model"],
-            optimizer=scope["optimizer"],
-            scheduler=scope["scheduler"],
-            scaler=scope["scaler"],
-            step=step,
-            epoch=scope["epoch"],
-            batch_in_epoch=scope["batch_index"] + 1,
-            tp_rank=scope["tp_rank"],
-            pp_rank=scope["pp_rank"],
-            dp_rank=scope["dp_rank"],
-            process_group=scope["checkpoint_group"],
-        )
+        future = self.save(path, device=device, step=step, epoch=scope["epoch"],
+                           batch_in_epoch=scope["batch_index"] + 1,
+                           process_group=scope["checkpoint_group"],
+                           **{key: scope[key] for key in SAVED_LOCALS})  # fmt: skip
         self.finish(future, device)
         return path
 
     def prune(self, root: Path | None = None, keep: int | None = None) -> None:
-        """keep_checkpoints: rank 0 removes complete checkpoints beyond the newest N."""
         keep = self.hooks.keep if keep is None else keep
         if keep and dist.get_rank() == 0:
             remove_all_but_newest(root or self.root, keep)
@@ -434,7 +424,9 @@ class Evaluations:
             self.spikes.after_evaluation(scope, step, epoch) if self.spikes else (None, None)
         )
         if measured is not None:
-            record.update({key: measured[key] for key in spike_metrics()})
+            from experiments.snn.spikes import METRICS
+
+            record.update({key: measured[key] for key in METRICS})
             self.spikes.log(self.recorder, measured, step)
         self.last = record
         self.recorder.log_metrics(record)
@@ -462,12 +454,6 @@ class Evaluations:
                 self.saves.prune()
             log.warning("early stopping at step %d (epoch %d)", step, epoch)
             raise EarlyStopped
-
-
-def spike_metrics() -> tuple[str, ...]:
-    from experiments.snn.spikes import METRICS
-
-    return METRICS
 
 
 class ResumableLoader:

@@ -24,9 +24,8 @@ class LoopSpikes:
         self.settings = settings
         self.plan = plan
         self.records = records  # rank 0's: this run's evaluations so far (resumed ones kept)
-        self.guard = spikes.Guard(settings.guard)
-        self.guard.replay(records)
         self._names: tuple[dict[str, str], list[str]] | None = None
+        self.resume(records)
 
     def resume(self, records: list[dict[str, Any]]) -> None:
         """A resumed run's evaluations so far (rank 0): kept in spikes.json, replayed into

@@ -114,9 +114,8 @@ def instantiate_model_config(node: DictConfig) -> ModelConfig:
             raise ConfigError(
                 f"model.{key}", values[key], f"{cls.__name__} rejects it: {error}"
             ) from None
-        raise ConfigError(
-            "model", _summary(values), f"{cls.__name__} rejects it: {error}"
-        ) from None
+        summary = ", ".join(f"{key}={value}" for key, value in values.items())
+        raise ConfigError("model", summary, f"{cls.__name__} rejects it: {error}") from None
 
 
 # Integer fields that count something: a value below 1 can never build a model.
@@ -139,10 +138,6 @@ def _check_field_type(cls: type, key: str, value: Any) -> None:
         raise ConfigError(f"model.{key}", value, "a number")
     if hint is bool and not isinstance(value, bool):
         raise ConfigError(f"model.{key}", value, "true or false")
-
-
-def _summary(values: dict[str, Any]) -> str:
-    return ", ".join(f"{key}={value}" for key, value in values.items())
 
 
 _PARAMETER_COUNTS: dict[str, int] = {}
