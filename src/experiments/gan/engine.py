@@ -1,11 +1,11 @@
 """GAN engine: MMGen's train_model and DynamicIterBasedRunner, recorded like every run.
 
-Training is MMGen's (recipe, runner, its hooks); ours (hooks.py, mmgen_compat) add the record,
-resume, atomic checkpoints and stops, then SWD and MS-SSIM score the run. Quality and checkpoint
-locations are modules of their own (quality.py, checkpoints.py) because evaluate.py and sample.py
-share them. On CPU ranks (gloo) train_model(distributed=True) cannot run: it moves the model to
-CUDA and seeds its sampler through a CUDA tensor, so `_train_cpu_ddp` repeats its few lines with
-CPU-capable parts (ddp.py); nothing in mmgen or mmcv is edited.
+Training is MMGen's (recipe, runner, its hooks); ours add the record (here), resume, atomic
+checkpoints and stops (hooks.py, mmgen_compat), then SWD and MS-SSIM score the run. Quality and
+checkpoint locations are modules of their own (quality.py, checkpoints.py) because evaluate.py
+and sample.py share them. On CPU ranks (gloo) train_model(distributed=True) cannot run: it moves
+the model to CUDA and seeds its sampler through a CUDA tensor, so `_train_cpu_ddp` repeats its
+few lines with CPU-capable parts (ddp.py); nothing in mmgen or mmcv is edited.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def train(plan: Any, recorder: Any) -> dict[str, Any]:
         if trainer.spikes is not None and recorder.enabled:
             trainer.spikes.draw(recorder)
         if args.distributed:
-            metrics["replica_max_diff"] = collectives.replica_spread(trainer.model.parameters())
+            metrics["replica_max_diff"] = trainer.replica_spread()
         return metrics
     finally:
         import torch.distributed as dist
@@ -276,6 +276,10 @@ class _ClassifyHooks:
 
         cls = import_object(self.config.optimizer, "optimizer.name")
         return cls(parameters, **self.config.optimizer_kwargs)
+
+    def replica_spread(self) -> float:
+        """Largest difference of any parameter's sum across the DDP replicas (0: in step)."""
+        return collectives.replica_spread(self.model.parameters())
 
     def get_tb_logdir_name(self, args: argparse.Namespace) -> str:
         return TB_NAME
