@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -23,10 +24,15 @@ CLOSED_GROUPS = ("trainer", "topology", "launcher")
 GROUPS = ("model", "data", "topology", "launcher", "optimizer", "trainer", "logger")
 
 
+def option_file(group: str, option: str) -> Path:
+    """`conf/<group>/<option>.yaml` as the package installs it (it may not exist)."""
+    return Path(str(resources.files("experiments.conf"))) / group / f"{option}.yaml"
+
+
 @cache
 def option_keys(group: str, option: str) -> frozenset[str] | None:
     """The keys the option's yaml defines under the group (None: no such file of ours)."""
-    path = resources.files("experiments.conf") / group / f"{option}.yaml"
+    path = option_file(group, option)
     if not path.is_file():
         return None
     text = path.read_text(encoding="utf-8")

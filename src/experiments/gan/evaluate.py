@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.errors import ConfigError, EvaluationError
 from experiments.gan.exported_generator import fitting, readable
-from experiments.known_keys import nearest
+from experiments.known_keys import nearest, option_file
 from experiments.run.record import read_summary, write_json_atomic
 from experiments.run.recorded_run import (
     ONE_LOCAL_PROCESS,
@@ -176,9 +176,7 @@ def _config(run_dir: Path, overrides: list[str]) -> tuple[DictConfig, dict[str, 
 
 
 def _data_option(name: str) -> DictConfig:
-    import experiments.conf
-
-    path = Path(experiments.conf.__file__).parent / "data" / f"{name}.yaml"
+    path = option_file("data", name)
     if not path.is_file():
         options = sorted(p.stem for p in path.parent.glob("*.yaml"))
         raise ConfigError("data", name, "one of the data group's options: " + ", ".join(options))

@@ -16,7 +16,6 @@ import importlib.util
 import logging
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from omegaconf import OmegaConf
 from experiments.dotted_keys import flatten
 from experiments.errors import ConfigError
 from experiments.families import for_engine
-from experiments.known_keys import refuse_unknown
+from experiments.known_keys import option_file, refuse_unknown
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +80,7 @@ def selected(logger: dict[str, Any] | None) -> list[str]:
 
 @cache
 def _option_keys(name: str) -> frozenset[str]:
-    text = (resources.files("experiments.conf") / "logger" / f"{name}.yaml").read_text()
+    text = option_file("logger", name).read_text()
     return frozenset(str(k) for k in (OmegaConf.create(text).get(name) or {}))
 
 

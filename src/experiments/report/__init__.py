@@ -21,9 +21,15 @@ from typing import Any
 from experiments import tool_cli
 from experiments.families import Family, for_points
 from experiments.report import figures as figs
-from experiments.report import points as shared
 from experiments.report import seeds
-from experiments.report.points import FINAL, UNREADABLE, PointIndex, planned_points, replacing
+from experiments.report.points import (
+    FINAL,
+    UNREADABLE,
+    PointIndex,
+    planned_points,
+    replacing,
+    write_table,
+)
 
 # A point in one of these states will not change without a new launch.
 DONE = (*FINAL, "interrupted", "pruned", UNREADABLE)
@@ -97,7 +103,7 @@ def write_report(
         columns += ["slurm_job", "slurm_log"]
     if any(row["problem"] for row in table):
         columns.append("problem")
-    shared.write_table(sweep_dir / "report.csv", columns, table)
+    write_table(sweep_dir / "report.csv", columns, table)
     objective = fam.objective
     by_name = {row["point"]: row for row in table}
     ranked = [by_name[p["point"]] for p, _ in figs.scored(points, fam)]
@@ -108,7 +114,7 @@ def write_report(
     config_keys = seeds.config_keys(keys)
     if seeds.varies_seed(points):
         seed_table = seeds.groups(points, config_keys, fam)
-        shared.write_table(sweep_dir / seeds.CSV, seeds.columns(config_keys, fam), seed_table)
+        write_table(sweep_dir / seeds.CSV, seeds.columns(config_keys, fam), seed_table)
     plots = [p.name for p in sorted(sweep_dir.glob("*.png"))]
     if figures:
         for stale in sweep_dir.glob("metric_vs_*.png"):  # the swept keys may have changed

@@ -17,6 +17,8 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from experiments.known_keys import option_file
+
 CONFIG = Path(".hydra") / "config.yaml"
 HYDRA = Path(".hydra") / "hydra.yaml"
 # The options an evaluation or a sample runs with: one process, on this machine.
@@ -53,12 +55,9 @@ def set_one_local_process(cfg: DictConfig, cleared: tuple[str, ...]) -> None:
     """In place: the recorded config on one local process (ONE_LOCAL_PROCESS's launcher and
     topology), its `cleared` keys null (nothing of the run is resumed or rewritten), not a
     dry run."""
-    import experiments.conf
-
-    conf = Path(experiments.conf.__file__).parent
     with open_dict(cfg):
         for group, option in ONE_LOCAL_PROCESS.items():
-            cfg[group] = OmegaConf.load(conf / group / f"{option}.yaml")
+            cfg[group] = OmegaConf.load(option_file(group, option))
         for key in cleared:
             cfg[key] = None
         cfg.dry_run = False

@@ -1,10 +1,10 @@
 """`model.neuron_implementation`: which of SpikingJelly's neuron kernels a CUDA run binds.
 
 SpikingJelly 2.0 picks one per neuron type and device (`cuda`, then `triton`, then `torch`),
-pinned by its `SJ_<NEURON>_CUDA_IMPLEMENTATION` variable. Kernel installs are the most
-frequent complaint in its issues, so the choice is a config key checked where the plan is
-made and refused in one line; train.py sets the variable before any
-kernel is imported, and every rank inherits it.
+pinned by its `SJ_<NEURON>_CUDA_IMPLEMENTATION` variable. Kernel installs are the most frequent
+complaint in its issues, so the choice is a config key checked where the plan is made and
+refused in one line; train.py sets the variable before any kernel is imported, and every rank
+inherits it.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ class SNNPlan:
                 "per_rank": config.batch_size,
                 "global": self.global_batch,
                 "micro": config.batch_size // self.dims.pipeline_microbatches,
-                **{k: self.trainer[k] for k in DERIVED if "derivation" in self.trainer},
+                **({k: self.trainer[k] for k in DERIVED} if "derivation" in self.trainer else {}),
             },
             "run_dir": str(self.run_dir),
             "resume": self.resume,
