@@ -64,6 +64,11 @@ def test_resume_from_a_mid_epoch_final_checkpoint_continues_the_trajectory(tmp_p
     assert losses == pytest.approx(
         [r["loss"] for r in read_jsonl(reference / "steps.jsonl")], rel=1e-6
     )
+    # The epoch's mean training loss is the whole epoch's, the 6 steps before the resume
+    # too (their sum carried in the checkpoint), as the uninterrupted run reports it: not
+    # the mean of the 3 steps since the resume.
+    uninterrupted = json.loads((reference / "summary.json").read_text())["metrics"]
+    assert resumed["metrics"]["train_loss"] == pytest.approx(uninterrupted["train_loss"], rel=1e-9)
 
 
 @pytest.mark.slow

@@ -2,16 +2,15 @@
 
 from omegaconf import OmegaConf
 
-from experiments.launchers import resolvers
+from experiments import resolvers
 
 __version__ = "0.1.0"
 
 
 def _log_name(job_name: str) -> str:
-    from experiments import distributed_env
+    from experiments import role
 
-    ranked = distributed_env.is_worker() or distributed_env.in_slurm_job()
-    return f"{job_name}_rank{distributed_env.rank()}" if ranked else job_name
+    return role.of_process().log_name(job_name)
 
 
 def _sweep_id() -> str:

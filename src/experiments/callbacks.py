@@ -10,7 +10,6 @@ import functools
 import json
 import logging
 import os
-import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,14 +17,14 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
-from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from experiments import distributed_env
+from experiments import role
 from experiments.composition import plain, sweep_points
 from experiments.errors import ConfigError
 from experiments.launchers import sweep
-from experiments.run.record import COMMAND_ENV, user_command
+from experiments.launchers.command import COMMAND_ENV, swept, user_command
+from experiments.role import Kind
 
 # Set once Hydra composed the config: an exit status 1 before that is a composition error.
 composed = False
@@ -79,16 +78,9 @@ def _first_line(error: BaseException) -> str:
 
 
 def asked_for_sweep() -> bool:
-    """Whether the user's command is a sweep (-m/--multirun, or hydra.mode=MULTIRUN typed).
-    launcher=slurm submits a plain command as a one-point sweep (hydra.mode is MULTIRUN in
-    conf/launcher/slurm.yaml): its messages must not speak of "sweep point 0". Read from the
+    """Whether the user's command is a sweep (launchers/command.py `swept`), read from the
     command the user typed, which Slurm jobs and torchrun workers inherit (COMMAND_ENV)."""
-    words = shlex.split(user_command())
-    arguments = words[3:] if words[:3] == ["python", "-m", "experiments.train"] else words[1:]
-    return any(
-        word in ("-m", "--multirun") or word.replace(" ", "") == "hydra.mode=MULTIRUN"
-        for word in arguments
-    )
+    return swept(user_command())
 
 
 def _start_search(config: DictConfig) -> None:
@@ -278,12 +270,10 @@ class ExperimentsCallback(Callback):
     """Checks every run and sweep point before launch; keeps the sweep report current."""
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        """Keep the sweep report current as points finish (also on Slurm nodes)."""
-        if (
-            config.hydra.mode == RunMode.MULTIRUN
-            and not distributed_env.is_worker()
-            and distributed_env.rank() == 0  # one writer among a Slurm job's tasks
-        ):
+        """Keep the sweep report current as points finish (also on Slurm nodes: the job's
+        rank 0, the one writer among its tasks)."""
+        process = role.of_process(config.hydra.mode)
+        if process.kind is Kind.SWEEP_LOGIN or (process.kind is Kind.SLURM_TASK and process.owner):
             from experiments.report import update_report
 
             try:
@@ -391,20 +381,23 @@ class ExperimentsCallback(Callback):
 
         HydraConfig.instance().set_config(config)  # lets ${hydra:...} resolve this early
         hydra = config.hydra
-        if not (distributed_env.is_worker() or distributed_env.in_slurm_job() or config.dry_run):
+        process = role.of_process(hydra.mode)  # a run's own process, or one it started
+        if process.kind is Kind.RUN and not config.dry_run:
             lock.refuse_if_held(Path(hydra.run.dir))  # another run's: say so, not its config
         plan = build_plan(
             config,
             Path(hydra.run.dir).absolute(),
             list(hydra.overrides.task),
             dict(hydra.runtime.choices),
+            check_record=process.kind is not Kind.SWEEP_POINT,  # its login compared them
         )
         planned = plan
-        if distributed_env.is_worker():
-            lock.hold(plan.run_dir)  # a rank of the run its launching process holds: joins
-            return  # the launching process already printed the plan / wrote .hydra
-        if not distributed_env.in_slurm_job():  # a Slurm task checks itself (train.py)
-            _preflight([(plan, config)], config)
+        if process.launched:  # the launching process printed the plan and wrote .hydra/
+            if process.owner:  # a sweep's point owns its directory (torchrun's ranks do not)
+                lock.hold(plan.run_dir)
+                lock.check_readable(plan.run_dir)
+            return
+        _preflight([(plan, config)], config)
         if config.dry_run == "json":
             _print(json.dumps(plan.as_dict(), indent=2))
             sys.exit(0)

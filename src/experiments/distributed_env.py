@@ -1,5 +1,6 @@
-"""Where this process sits in a run: the launching process, a child it started (a torchrun
-rank, a local sweep's point), or a rank that is a Slurm task."""
+"""Where this rank sits in a run's process group: its rank and node (as its launcher set them:
+torchrun, or launchers/slurm.py for a Slurm task), and the devices its collectives use. Who the
+process is in the run (its owner, a rank torchrun started, a Slurm task) is role.py's."""
 
 from __future__ import annotations
 
@@ -7,25 +8,10 @@ import os
 import socket
 from typing import Any
 
-# Set by the launching process in the environment of every child it starts
-# (launchers/children.py): torchrun's ranks and the points of a local sweep, each a rank or a
-# point of a run whose directory and plan the launching process already made.
-WORKER_ENV = "EXPERIMENTS_WORKER"
-
-
-def is_worker() -> bool:
-    return os.environ.get(WORKER_ENV) == "1"
-
-
-def in_slurm_job() -> bool:
-    """A Slurm task started by submitit (hydra-submitit-launcher): it is one rank of its job."""
-    return os.environ.get("SUBMITIT_EXECUTOR") == "slurm"
-
 
 def rank() -> int:
-    if "RANK" in os.environ:
-        return int(os.environ["RANK"])
-    return int(os.environ.get("SLURM_PROCID", "0")) if in_slurm_job() else 0
+    """This process's torch.distributed rank (0 for a process of its own)."""
+    return int(os.environ.get("RANK", "0"))
 
 
 def node() -> str:

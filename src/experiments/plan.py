@@ -58,9 +58,11 @@ def build_plan(
     check_record: bool = True,
 ) -> Any:
     """The family's plan (snn.plan.SNNPlan, gan.plan.GANPlan, ...): checked, not launched.
-    `check_record=False` skips the comparison with the run directory's recorded config: a
-    sweep point's process, where Hydra has already rewritten that record with the point's
-    own config (the sweep's login compared them before the first point started)."""
+    `check_record=False` skips the comparison with the run directory's recorded config, and
+    the search's settings: a sweep point's process or job, where Hydra has already rewritten
+    that record with the point's own config and which composes without the command line's
+    hydra.sweeper overrides (the sweep's login checked both, with the sweep's own sweeper,
+    before the first point started)."""
     cfg = _placeholder_root_for_dry_run(cfg)
     values = _resolve(cfg)
     run_dir = Path(run_dir)
@@ -76,11 +78,7 @@ def build_plan(
     objectives = _objectives(values.get("objective", "auto"), family)
     plan = family.plan(cfg, values, run_dir, overrides, choices, extensions)
     plan.objective, plan.objectives = objectives[0], objectives
-    from experiments.launchers.local import is_sweep_point
-
-    # The search's settings are the login's (callbacks.py plans a point with them): a point's
-    # own process composes without the command line's hydra.sweeper overrides.
-    if check_record and not is_sweep_point():
+    if check_record:
         check_direction(cfg, objectives, family.directions)
     early_stopping.check_pruned_trial(search_pruner(cfg), plan.engine, family)
     return early_stopping.attach(plan, values["trainer"], family)

@@ -1,8 +1,10 @@
 """`experiments-train` / `python -m experiments.train`: compose, validate, launch, record.
 
 Reads top to bottom: the callback (callbacks.py) has already validated the composed config
-before Hydra made the run directory; here the launcher (launchers/) decides who runs the plan,
-the family (families.py) names the engine that trains it, and run/ records how it ended.
+before Hydra made the run directory, and taken the run's lock when this process owns it. The
+process's role (role.py), decided once here, says what it does with the plan: a sweep's login
+starts each point's process, a run's owner launches torchrun's ranks (launchers/) or trains
+here (training.py), as do those ranks and a Slurm job's tasks; run/ records how it ended.
 """
 
 from __future__ import annotations
@@ -11,38 +13,23 @@ import logging
 import math
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from experiments import callbacks, distributed_env, families, launchers, loggers
+from experiments import callbacks, launchers, role, training
 from experiments.callbacks import print_config_error
-from experiments.composition import plain
-from experiments.errors import ConfigError, RunStopped
-from experiments.launchers import children, slurm
+from experiments.errors import ConfigError
+from experiments.launchers import children
+from experiments.launchers.command import resume_command
 from experiments.plan import build_plan, objective_value
-from experiments.run import failures, lock
-from experiments.run.checkpoint import CheckpointError
-from experiments.run.early_stopping import Pruned
-from experiments.run.record import (
-    NoSpaceError,
-    RunRecorder,
-    no_space,
-    resume_command,
-)
-from experiments.run.summary import (
-    finish_failed,
-    finish_no_space,
-    record_extensions,
-    record_failure,
-    start_summary,
-    write_plan,
-)
+from experiments.role import Kind, Role
+from experiments.run import lock
+from experiments.run.record import NoSpaceError, read_summary
+from experiments.run.summary import record_extensions, record_failure
 
 log = logging.getLogger("experiments.train")
 
@@ -59,68 +46,73 @@ def app(cfg: DictConfig) -> float | None:
             file=sys.stderr,
         )
         sys.exit(ConfigError.exit_code)
-    launchers.prepare_process()  # a Slurm task's ranks; a local sweep point's Ctrl-C
-    from experiments.launchers import local  # (imports torch: after the dry run's exit)
-
-    sweep_login = hydra_cfg.mode == RunMode.MULTIRUN and not (
-        distributed_env.is_worker() or distributed_env.in_slurm_job()
-    )
-    running = False
+    process = role.of_process(hydra_cfg.mode)
+    launchers.prepare_process(process)  # a Slurm task's ranks; a local sweep point's Ctrl-C
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    planned = False
     try:
-        # One writer per run directory (run/lock.py): a single run took it before Hydra made
-        # the directory (callbacks.on_run_start); a local sweep's login holds its point's for
-        # the point's process, which joins it; a Slurm task joins its job's.
-        if sweep_login and local.ctrl_c_received():
-            callbacks.stop_sweep(hydra_cfg)  # Ctrl-C between points: start no other one
-        lock.hold(Path(hydra_cfg.runtime.output_dir))
-        lock.check_readable(Path(hydra_cfg.runtime.output_dir))  # a newer version's: refused
+        _before_writing(process, hydra_cfg, run_dir)
         plan = _plan_of(cfg, hydra_cfg)
-        running = True  # from here on, run() records a rank's failure itself
-        value = run(
-            plan,
-            cwd=hydra_cfg.runtime.cwd,
-            warm_points=_warm_points(cfg),
-            logger=plain(cfg.get("logger")) or {},  # (`logger=none`: an empty node)
-            config=OmegaConf.to_container(cfg, resolve=True),
-        )
-        if sweep_login and local.ctrl_c_received():
-            callbacks.stop_sweep(hydra_cfg)  # the point stopped (or ended): no further one
+        planned = True  # from here on, run() records a rank's failure itself
+        value = run(plan, process, hydra_cfg.runtime.cwd, OmegaConf.to_container(cfg, resolve=True))
+        if process.kind is Kind.SWEEP_LOGIN:
+            _between_points(hydra_cfg)  # the point stopped (or ended): no further one
         return value
-    except lock.RunDirRefused as error:  # another run's or version's: write nothing into it
-        print(f"error: {error}", file=sys.stderr)
-        if hydra_cfg.mode != RunMode.MULTIRUN or distributed_env.is_worker():
-            sys.exit(ConfigError.exit_code)
-        return math.nan
-    except NoSpaceError as error:  # e.g. summary.json at the start: one line, no traceback
-        print(f"error: {error}", file=sys.stderr)
-        if hydra_cfg.mode != RunMode.MULTIRUN or distributed_env.is_worker():
-            sys.exit(1)
-        return math.nan
     except Exception as error:
-        if hydra_cfg.mode != RunMode.MULTIRUN or distributed_env.is_worker():
-            if isinstance(error, ConfigError):  # a single run's config was checked earlier
-                print_config_error(error)
-            raise
-        run_dir = Path(hydra_cfg.runtime.output_dir)
-        if not running and failures.attempt() is not None:
-            # A rank of a Slurm job failed before its run started (its peers may be waiting
-            # for it in the rendezvous): their watchdogs read this and stop them at once.
-            rank = distributed_env.rank()
-            text = f"{type(error).__name__}: {error}"
-            failures.write(run_dir, rank, text, children.rank_logs(run_dir, rank))
-        if distributed_env.rank() != 0:
-            raise  # a rank of a multi-rank Slurm job: its task fails; rank 0 records the run
-        # A sweep goes on past a failed point: it is recorded in its run directory (and the
-        # report), the sweeper gets NaN (Optuna marks the trial failed), and the sweep's exit
-        # status is decided when all points are done (callbacks.on_multirun_end).
-        record_failure(run_dir, list(hydra_cfg.overrides.task), error)
-        # launcher=slurm runs a plain command as a one-point sweep: to its user, one run.
-        where = f"sweep point {hydra_cfg.job.num}" if callbacks.asked_for_sweep() else "run"
-        log.error("%s failed: %s", where, error)
-        return math.nan
-    finally:
-        if sweep_login:  # the point's process has ended: the next launch may take it
-            lock.release(Path(hydra_cfg.runtime.output_dir))
+        return _failed(process, hydra_cfg, error, planned)
+
+
+def _before_writing(process: Role, hydra_cfg: Any, run_dir: Path) -> None:
+    """One writer per run directory (run/lock.py). A run's own process and a local sweep's
+    point took it before Hydra made the directory (callbacks.on_run_start); a sweep's login
+    leaves its point's to the point's process, and refuses one another run holds, having
+    written nothing; a Slurm job's rank 0 takes its run's (back, when the job was requeued),
+    and its other tasks refuse what another run holds as it is refused."""
+    if process.kind is Kind.SWEEP_LOGIN:
+        _between_points(hydra_cfg)  # Ctrl-C between points: start no other one
+        lock.refuse_if_held(run_dir)
+    elif process.kind is Kind.SLURM_TASK and process.owner:
+        lock.hold(run_dir)
+    elif process.kind is Kind.SLURM_TASK:
+        lock.refuse_if_held(run_dir, ours=process.attempt)
+    else:
+        return
+    lock.check_readable(run_dir)  # a newer version's: refused
+
+
+def _between_points(hydra_cfg: Any) -> None:
+    from experiments.launchers import local
+
+    if local.ctrl_c_received():
+        callbacks.stop_sweep(hydra_cfg)
+
+
+def _failed(process: Role, hydra_cfg: Any, error: Exception, planned: bool) -> float:
+    """A run's own process, a sweep's point and a torchrun rank exit with the failure (a
+    refused directory: 2, a full disk: 1, one line each). A sweep's job function (its login
+    for a local point, a Slurm task) records it as that point's, and the sweep goes on: the
+    sweeper gets NaN (Optuna marks the trial failed), the report counts it, and the sweep's
+    exit status is decided when all points are done (callbacks.on_multirun_end)."""
+    job = process.kind in (Kind.SWEEP_LOGIN, Kind.SLURM_TASK)
+    if isinstance(error, (lock.RunDirRefused, NoSpaceError)):  # one line, no traceback
+        print(f"error: {error}", file=sys.stderr)
+        if job:
+            return math.nan
+        sys.exit(ConfigError.exit_code if isinstance(error, lock.RunDirRefused) else 1)
+    if not job:
+        if isinstance(error, ConfigError):  # a single run's config was checked earlier
+            print_config_error(error)
+        raise error
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    if not planned:  # a Slurm rank failed before its run started: its peers may wait for it
+        training.report_failure(run_dir, process, error)
+    if process.rank != 0:
+        raise error  # a rank of a multi-rank Slurm job: its task fails; rank 0 records the run
+    record_failure(run_dir, list(hydra_cfg.overrides.task), error)
+    # launcher=slurm runs a plain command as a one-point sweep: to its user, one run.
+    where = f"sweep point {hydra_cfg.job.num}" if callbacks.asked_for_sweep() else "run"
+    log.error("%s failed: %s", where, error)
+    return math.nan
 
 
 def _plan_of(cfg: DictConfig, hydra_cfg: Any) -> Any:
@@ -138,8 +130,47 @@ def _plan_of(cfg: DictConfig, hydra_cfg: Any) -> Any:
         hydra_cfg.runtime.output_dir,
         list(hydra_cfg.overrides.task),
         dict(hydra_cfg.runtime.choices),
-        check_record=hydra_cfg.mode != RunMode.MULTIRUN,
+        check_record=False,
     )
+
+
+def run(plan: Any, process: Role, cwd: str, config: dict[str, Any]) -> Any:
+    """A single run's own process (not a rank, a sweep point or a Slurm job, whose sweep
+    directory the same command finds again) says as it starts, and again if it stops short,
+    the one command that continues it in its directory: a kill -9 leaves the first line on
+    the screen, and summary.json keeps it (resume_command)."""
+    line = None
+    if process.kind is Kind.RUN:
+        line = f"To resume this run if it stops: {resume_command(process, plan.run_dir)}"
+    try:
+        value = _run(plan, process, cwd, config, line)
+    except training.Ended:
+        raise  # the run stopped itself for a reason a resume would meet again
+    except BaseException:
+        if line is not None:
+            print(line, file=sys.stderr, flush=True)
+        raise
+    if line is not None and isinstance(value, float) and math.isnan(value):  # it stopped
+        print(line, file=sys.stderr, flush=True)
+    return value
+
+
+def _run(plan: Any, process: Role, cwd: str, config: dict[str, Any], line: str | None) -> Any:
+    # The extensions this launch makes, recorded by the owner before any process starts.
+    kept = record_extensions(plan) if process.kind is Kind.RUN else read_summary(plan.run_dir)
+    if kept and kept.get("status") == "completed" and plan.resume == "auto":
+        return _already_completed(plan, kept)
+    if line is not None:
+        print(line, flush=True)
+    # what every process of the run inherits (SpikingJelly's neuron-kernel pin: snn/neurons.py)
+    os.environ.update(getattr(plan, "process_environment", {}))
+    child = children.child_command(plan, process)
+    if child is not None:  # torchrun's ranks, a local sweep's point
+        launcher = config.get("launcher") or {}
+        metrics = children.launch(plan, *child, bool(launcher.get("warm_points", False)))
+    else:
+        metrics = training.train_here(plan, process, kept, cwd, config)
+    return math.nan if metrics is None else objective_value(plan, metrics)
 
 
 def _already_completed(plan: Any, previous: dict[str, Any]) -> Any:
@@ -148,145 +179,6 @@ def _already_completed(plan: Any, previous: dict[str, Any]) -> Any:
     print(f"Run already completed: {plan.run_dir} ({plan.objective}={shown}); resume=null "
           "retrains it.")  # fmt: skip
     return value
-
-
-def _node_checks(plan: Any, recorder: RunRecorder, config: dict[str, Any]) -> None:
-    """A Slurm task's own checks before it trains (preflight.task): the failed ones as one
-    line, which summary.json records; the job ends in seconds instead of failing later."""
-    from experiments import preflight
-
-    failed = [check.line() for check in preflight.task(plan, config) if not check.ok]
-    if failed:
-        recorder.finish("failed", error="; ".join(failed))
-        print(f"error: {'; '.join(failed)}", file=sys.stderr)
-        raise Ended(1)
-
-
-def _record_crash(plan: Any, recorder: RunRecorder, rank: int, error: BaseException) -> None:
-    """An exception out of the engine, recorded before it propagates: a full disk in one line
-    (raised as exit 1 here); a rank's failure under the rank that caused it."""
-    full = no_space(error)
-    if full is not None and plan.dims.world_size == 1:
-        finish_no_space(recorder, full)
-        raise SystemExit(1) from None
-    log.error("run failed:\n%s", traceback.format_exc())
-    text = f"{type(error).__name__}: {error}"
-    if plan.dims.world_size > 1 and failures.attempt() is not None:
-        own = failures.write(plan.run_dir, rank, text, children.rank_logs(plan.run_dir, rank))
-        if recorder.enabled:
-            finish_failed(recorder, failures.wait_for_cause(plan.run_dir, own))
-    else:
-        recorder.finish("failed", error=text)
-
-
-def _warm_points(cfg: DictConfig) -> bool:
-    launcher = cfg.get("launcher") or {}
-    return launcher.get("name") == "local" and bool(launcher.get("warm_points", False))
-
-
-def run(
-    plan: Any,
-    cwd: str,
-    warm_points: bool = False,
-    logger: Any = None,
-    config: Any = None,
-) -> float | None:
-    """A single run's own process (not a rank, a sweep point or a Slurm job, whose sweep
-    directory the same command finds again) says as it starts, and again if it stops short,
-    the one command that continues it in its directory: a kill -9 leaves the first line on
-    the screen, and summary.json keeps it (resume_command)."""
-    single = not (
-        distributed_env.is_worker()
-        or distributed_env.in_slurm_job()
-        or HydraConfig.get().mode == RunMode.MULTIRUN
-    )
-    line = f"To resume this run if it stops: {resume_command(plan.run_dir)}" if single else None
-    try:
-        value = _run(plan, cwd, warm_points, logger, config, line)
-    except Ended:
-        raise  # the run stopped itself for a reason a resume would meet again
-    except BaseException:
-        if line is not None:
-            print(line, file=sys.stderr, flush=True)
-        raise
-    if line is not None and value is not None and math.isnan(value):  # its ranks stopped
-        print(line, file=sys.stderr, flush=True)
-    return value
-
-
-class Ended(SystemExit):
-    """Exit 1 from a run that stopped itself (a failed check: the spike guard, a checkpoint
-    that cannot load, the node's preflight): its line says why; no resume command follows."""
-
-
-def _run(
-    plan: Any,
-    cwd: str,
-    warm_points: bool,
-    logger: Any,
-    config: Any,
-    resume_line: str | None,
-) -> float | None:
-    previous = record_extensions(plan)  # before any process starts: the run is no longer done
-    if previous and previous.get("status") == "completed" and plan.resume == "auto":
-        return _already_completed(plan, previous)
-    if resume_line is not None:
-        print(resume_line, flush=True)
-    # what every process of the run inherits (SpikingJelly's neuron-kernel pin: snn/neurons.py)
-    os.environ.update(getattr(plan, "process_environment", {}))
-    child = children.child_command(plan)
-    if child is not None:  # torchrun's ranks, a local sweep's point: they record the run
-        return children.launch(plan, child, warm_points)
-    family = families.for_engine(plan.engine)
-    rank = distributed_env.rank()
-    recorder = RunRecorder(
-        plan.run_dir,
-        start_summary(plan, cwd, previous, slurm.job_record()),
-        enabled=rank == 0,
-    )
-    recorder.start()
-    if distributed_env.in_slurm_job() and (config or {}).get("preflight", True):
-        _node_checks(plan, recorder, config or {})
-    watchdog = failures.Watchdog(
-        plan.run_dir, rank, on_peer_failure=lambda peer: finish_failed(recorder, peer)
-    )
-    if plan.dims.world_size > 1:
-        watchdog.start()  # a peer that dies stops this rank too (run/failures.py)
-    try:
-        try:
-            if recorder.enabled and logger:
-                info = loggers.run_info(plan, config or {})
-                recorder.loggers = loggers.open_loggers(logger, info)
-                recorder.artifact(write_plan(plan))
-            metrics = family.engine(plan.engine).train(plan, recorder)
-        finally:
-            watchdog.stop()  # however the engine ended
-    except SystemExit as stopped:  # by a signal (Slurm requeue, time limit) after a checkpoint
-        recorder.finish("interrupted", interrupted=getattr(stopped, "reason", None))
-        raise
-    except Pruned as pruned:  # a search's pruner stopped this trial (run/early_stopping.py)
-        recorder.finish("pruned", metrics=pruned.metrics)
-        print(f"Run pruned: {pruned}")
-        return math.nan
-    except (CheckpointError, RunStopped) as error:
-        recorder.finish("failed", error=str(error))
-        print(f"error: {error}", file=sys.stderr)
-        raise Ended(1) from None
-    except KeyboardInterrupt:  # Ctrl-C before the engine could stop at a step boundary
-        recorder.finish(
-            "interrupted", interrupted="Ctrl-C; its resume_command resumes from the last checkpoint"
-        )
-        raise
-    except BaseException as error:
-        _record_crash(plan, recorder, rank, error)
-        raise
-    for path in family.artifacts(plan.run_dir, metrics):
-        recorder.artifact(path)
-    recorder.finish("completed", metrics=metrics)
-    if recorder.enabled and family.completed_lines is not None:
-        where = loggers.where_to_look(plan.run_dir, logger or {})
-        print(family.completed_lines(plan, recorder.summary) + where)
-    return objective_value(plan, metrics)
 
 
 USAGE = """\
@@ -303,7 +195,8 @@ experiments-train --help lists the config groups, the common keys and the exit s
 def main() -> None:
     """Console entry point. Hydra exits 1 on a composition error (unknown group option,
     unknown key): those are config errors too, so they exit 2 like our own validation."""
-    if not sys.argv[1:] and not distributed_env.is_worker():
+    started_by = role.of_process()  # a launched child's role is its environment's
+    if not sys.argv[1:] and not started_by.launched:
         print(USAGE, end="", file=sys.stderr)
         sys.exit(ConfigError.exit_code)
     for group in ("experiment", "hparams_search"):
@@ -331,17 +224,18 @@ def main() -> None:
         if exit_.code == 1 and not callbacks.composed:
             sys.exit(ConfigError.exit_code)
         raise
-    if distributed_env.is_worker():
+    if started_by.kind in (Kind.TORCHRUN_RANK, Kind.SWEEP_POINT):
         _worker_exits_without_teardown()
 
 
 def _worker_exits_without_teardown() -> None:
-    """A torchrun rank whose run returned (its records written, its process group destroyed)
-    ends here: Python's exit handlers run, then the process exits without the interpreter's
-    and the C++ libraries' teardown. Seen once in a 2-rank FSDP2 run on gloo under load:
-    the non-leader rank, done first, aborted while exiting ("terminate called without an
-    active exception", SIGABRT: a native thread still joinable at teardown), and torchrun
-    killed rank 0 while it was still writing the run's summary, so a finished run failed."""
+    """A torchrun rank (or a local sweep's point) whose run returned (its records written, its
+    process group destroyed) ends here: Python's exit handlers run, then the process exits
+    without the interpreter's and the C++ libraries' teardown. Seen once in a 2-rank FSDP2
+    run on gloo under load: the non-leader rank, done first, aborted while exiting
+    ("terminate called without an active exception", SIGABRT: a native thread still joinable
+    at teardown), and torchrun killed rank 0 while it was still writing the run's summary,
+    so a finished run failed."""
     import atexit
 
     atexit._run_exitfuncs()

@@ -191,7 +191,7 @@ def torchrun_worker(run_dir: Path, marker: str) -> int:
             continue
         if (
             f"hydra.run.dir={run_dir}".encode() in cmdline
-            and b"EXPERIMENTS_WORKER=1" in environ
+            and b"EXPERIMENTS_ROLE=torchrun rank" in environ
             and marker.encode() in environ
         ):
             return int(entry.name)

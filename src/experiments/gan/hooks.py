@@ -2,8 +2,8 @@
 
 MMGen's save_checkpoint pickles straight into `iter_N.pth`, so a crash mid-write (OOM kill,
 SIGKILL at a time limit) left a truncated file under the name a resume looks for:
-ExperimentsCheckpointHook has it written under a hidden name in the same folder, synced and
-renamed when whole.
+ExperimentsCheckpointHook has it written through the one atomic writer (run/record.py
+`atomically`: a hidden name in the same folder, synced and renamed when whole).
 ExperimentsStopHook checkpoints the current iteration on Slurm's SIGTERM or submitit's SIGUSR2,
 so the requeued or re-run job resumes there instead of at the last periodic checkpoint.
 """
@@ -11,7 +11,6 @@ so the requeued or re-run job resumes there instead of at the last periodic chec
 from __future__ import annotations
 
 import logging
-import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -92,29 +91,29 @@ def _checkpoint_hook() -> type:
             # MMGen formats the template with the iteration: braces of the name are literal.
             literal = hidden.replace("{", "{{").replace("}", "}}")
             temporary, final = Path(out_dir) / hidden, Path(out_dir) / filename
-            try:
-                save(out_dir, filename_tmpl=literal, create_symlink=False, **kwargs)
-                with open(temporary, "rb") as handle:
-                    os.fsync(handle.fileno())
-            except (OSError, RuntimeError) as error:  # a full disk: one line (run/record.py)
-                raise _no_space(error, temporary, final) from None
-            os.replace(temporary, final)
+            # The one atomic writer (run/record.py): MMGen writes the temporary by name.
+            with atomically(final, temporary):
+                try:
+                    save(out_dir, filename_tmpl=literal, create_symlink=False, **kwargs)
+                except (OSError, RuntimeError) as error:  # a full disk: one line
+                    raise _no_space(error, temporary, final) from None
             if create_symlink:
                 mmcv.symlink(filename, str(Path(out_dir) / "latest.pth"))
 
         return save_checkpoint
 
     def _no_space(error: BaseException, temporary: Path, final: Path) -> BaseException:
-        """The partial file is removed (its space given back); a write that failed for lack
-        of space is NoSpaceError naming the file and (at least) the bytes it needed: the
-        size of the newest complete checkpoint, or what was written when it failed."""
+        """A write that failed for lack of space or quota is NoSpaceError naming the file and
+        (at least) the bytes it needed: the size of the newest complete checkpoint, or what
+        was written when it failed (`atomically` then removes the partial file)."""
         from experiments.run.record import NoSpaceError, free_bytes, no_space
 
         written = temporary.stat().st_size if temporary.exists() else 0
-        temporary.unlink(missing_ok=True)
         previous = [p.stat().st_size for p in final.parent.glob("iter_*.pth")]
         needed = max([written, *previous])
         free = free_bytes(final.parent)
+        if free is not None:
+            free += written  # free once `atomically` has removed the partial file
         if no_space(error) is None and (free is None or needed <= free):
             return error
         return NoSpaceError(final, needed, no_space(error), at_least=True)

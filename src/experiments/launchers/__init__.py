@@ -12,10 +12,11 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from experiments.role import Kind, Role
 from experiments.validation import choice
 
 # conf/launcher/<name>.yaml -> experiments.launchers.<name>, imported when a plan asks (the
-# package itself stays light: `import experiments` registers resolvers.py's Slurm resolvers)
+# package itself stays light: `import experiments` registers experiments/resolvers.py's)
 LAUNCHERS = ("local", "torchrun", "slurm")
 
 
@@ -31,16 +32,14 @@ def launch_notes(launcher: dict, family: str) -> list[str]:
     return module.resources(launcher, family) if hasattr(module, "resources") else []
 
 
-def prepare_process() -> None:
+def prepare_process(role: Role) -> None:
     """What the launcher that started this process sets up in it before anything runs: a
     Slurm task's rank environment, a local sweep point's Ctrl-C handling."""
-    from experiments import distributed_env
-
-    if distributed_env.in_slurm_job():
+    if role.kind is Kind.SLURM_TASK:
         from experiments.launchers import slurm
 
         slurm.export_rank_env()
-    from experiments.launchers import local
+    if role.kind is Kind.SWEEP_POINT:
+        from experiments.launchers import local
 
-    if local.is_sweep_point():
         local.point_stops_on_ctrl_c()  # Ctrl-C at the sweep: checkpoint, `interrupted`

@@ -1,78 +1,121 @@
 """Runs that happen in other processes: torchrun's ranks, and each point of a local `-m`
 sweep (a crashed or killed point must not take the sweep down with it).
 
-The launching process plans the run, starts the children with this run's directory, lock
-and command, waits, and reads back what rank 0 among them recorded; it records only what a
-child could not (a child killed before it wrote anything).
+torchrun's ranks are started by the run's owner, this process: it holds the run's lock, and
+its rank 0 reports the record to it (run/channel.py). A local sweep's point is a run of its
+own, whose process owns its directory. Either way the launching process waits, and records
+only how the launch ended when its children could not (a child killed before it wrote it).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shlex
 import subprocess
 import sys
 from typing import Any
 
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-
-from experiments import distributed_env
 from experiments.composition import user_overrides
+from experiments.errors import ConfigError
+from experiments.launchers.command import COMMAND_ENV, user_command
+from experiments.role import Kind, Role, child_environment
 from experiments.run import failures, lock
-from experiments.run.record import COMMAND_ENV, read_summary, user_command
+from experiments.run.channel import ADDRESS, RecordServer
+from experiments.run.record import RecordFiles, read_summary
 from experiments.run.summary import record_failure
 
 log = logging.getLogger("experiments.train")
 
 
-def child_command(plan: Any) -> list[str] | None:
-    """The command that runs this plan in child processes; None when it runs here (a rank,
-    a plain local run, a Slurm task)."""
-    if distributed_env.is_worker():
-        return None
+def child_command(plan: Any, role: Role) -> tuple[Kind, list[str]] | None:
+    """The command that runs this plan in child processes, and what they are; None when it
+    runs here (a single local run, a rank, a sweep's point, a Slurm task)."""
     launcher = plan.choices.get("launcher")
-    if launcher == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", *plan.launch_command[1:]]
-    if launcher == "local" and HydraConfig.get().mode == RunMode.MULTIRUN:
+    if role.kind is Kind.RUN and launcher == "torchrun":
+        command = [sys.executable, "-m", "torch.distributed.run", *plan.launch_command[1:]]
+        return Kind.TORCHRUN_RANK, command
+    if role.kind is Kind.SWEEP_LOGIN and launcher == "local":
         from experiments.launchers import local
 
-        return local.child_command(user_overrides(plan.overrides), str(plan.run_dir))
+        command = local.child_command(user_overrides(plan.overrides), str(plan.run_dir))
+        return Kind.SWEEP_POINT, command
     return None
 
 
-def launch(plan: Any, command: list[str], warm_points: bool = False) -> float | None:
-    """The children share this run directory; rank 0 among them writes the record. A local
-    sweep's point runs in a fork of the sweep's warm process (launchers/warm_points.py)."""
-    env = {**os.environ, distributed_env.WORKER_ENV: "1", COMMAND_ENV: user_command()}
-    env.update(lock.child_env(plan.run_dir))  # they join this run's lock (run/lock.py)
-    from experiments.launchers import local
-
-    if plan.choices.get("launcher") == "local":
-        env[local.SWEEP_POINT_ENV] = "1"  # Ctrl-C at the sweep stops it gracefully
-    if plan.choices.get("launcher") == "torchrun":
+def launch(
+    plan: Any, kind: Kind, command: list[str], warm_points: bool = False
+) -> dict[str, Any] | None:
+    """Start the children and wait: the run's metrics as recorded, None when it stopped
+    after a checkpoint (the same command resumes it), or the error the launch ended with. A
+    local sweep's point runs in a fork of the sweep's warm process (launchers/warm_points.py)."""
+    env = {**os.environ, **child_environment(kind), COMMAND_ENV: user_command()}
+    server = None
+    if kind is Kind.TORCHRUN_RANK:
         from experiments.launchers import torchrun
 
         env.update(torchrun.ENVIRONMENT)
+        env.update(lock.child_env(plan.run_dir))  # the key of the channel they report through
+        server = _serve_the_record(plan)
     log.info("launching: %s", shlex.join(plan.launch_command))
     failures.clear(plan.run_dir)  # an earlier launch's failed ranks are not this one's
-    from experiments.launchers import warm_points as warm
+    try:
+        returncode = _run(plan, kind, command, env, warm_points)
+    finally:
+        if server is not None:
+            server.close()
+    if server is not None and server.summary is not None:
+        summary = server.summary  # what its ranks reported, as written
+    else:
+        summary = read_summary(plan.run_dir) or {}
+    return _outcome(plan, kind, returncode, summary, records=server is not None)
 
-    returncode = None
-    if warm_points and warm.available() and command[1:3] == ["-m", "experiments.train"]:
+
+def _serve_the_record(plan: Any) -> RecordServer | None:
+    """The channel torchrun's rank 0 reports the record through, published in the lock
+    record; None on the other nodes of a multi-node launch (they joined the owner's lock)."""
+    from experiments.launchers import torchrun
+
+    held = lock.held(plan.run_dir)
+    if held is None or not held.first:
+        return None
+    nodes = torchrun.launch_token(plan) is not None  # several: reachable from the others
+    server = RecordServer(RecordFiles(plan.run_dir), held.token, "0.0.0.0" if nodes else None)
+    lock.publish(plan.run_dir, **{ADDRESS: server.address})
+    return server
+
+
+def _run(plan: Any, kind: Kind, command: list[str], env: dict[str, str], warm: bool) -> int:
+    from experiments.launchers import warm_points
+
+    if kind is Kind.SWEEP_POINT and warm and warm_points.available():
         argv = ["experiments-train", *command[3:]]
-        returncode = warm.run_point(plan.engine, argv, env, os.getcwd())
-    if returncode is None:  # cold: torchrun, warm points off, or no warm server
-        returncode = subprocess.run(command, env=env, check=False).returncode
-    summary = read_summary(plan.run_dir) or {}
+        returncode = warm_points.run_point(plan.engine, argv, env, os.getcwd())
+        if returncode is not None:
+            return returncode
+    # cold: torchrun, warm points off, or no warm server
+    return subprocess.run(command, env=env, check=False).returncode
+
+
+def _outcome(
+    plan: Any, kind: Kind, returncode: int, summary: dict[str, Any], records: bool
+) -> dict[str, Any] | None:
+    """What the launch returns to its caller, from the record its children left; a failure
+    they did not record is recorded here when this process may write the record: the owner
+    of torchrun's ranks (`records`), or a sweep's login once its point's process is gone."""
+    from experiments.launchers import local
+
     stopped = summary.get("status") == "interrupted" or (
         local.ctrl_c_received() and summary.get("status") != "failed"
     )
     if returncode != 0 and stopped:  # stopped after a checkpoint, or by Ctrl-C before one
         log.warning("%s interrupted: %s", plan.run_dir, summary.get("interrupted", "Ctrl-C"))
-        return math.nan  # the same command resumes it
+        return None  # the same command resumes it
+    if kind is Kind.SWEEP_POINT and returncode == ConfigError.exit_code:
+        # The point's process refused its directory (another run took it meanwhile): as the
+        # login itself would have been, nothing is written into it.
+        why = "refused by the point's own process (its error above); nothing was written"
+        raise lock.RunDirRefused("hydra.run.dir", str(plan.run_dir), why)
     if returncode != 0:
         cause = failures.cause(failures.read(plan.run_dir))
         error = RuntimeError(
@@ -81,21 +124,7 @@ def launch(plan: Any, command: list[str], warm_points: bool = False) -> float | 
             or f"{plan.launch_command[0]} exited with status "
             f"{returncode}; logs: {plan.run_dir}/train_rank*.log"
         )
-        record_failure(plan.run_dir, plan.overrides, error)  # a killed child wrote nothing
+        if records or kind is Kind.SWEEP_POINT:
+            record_failure(plan.run_dir, plan.overrides, error)  # a killed child wrote nothing
         raise error
-    from experiments.plan import objective_value
-
-    return objective_value(plan, summary.get("metrics", {}))
-
-
-def rank_logs(run_dir: Any, rank: int) -> list[str]:
-    """Where a rank's traceback is: its own log in the run directory, and Slurm's stderr of
-    its task."""
-    logs = [str(run_dir / f"{HydraConfig.get().job.name}_rank{rank}.log")]
-    if distributed_env.in_slurm_job():
-        from experiments.launchers import slurm
-
-        stderr = (slurm.job_record() or {}).get("stderr")
-        if stderr:
-            logs.append(stderr)
-    return logs
+    return summary.get("metrics", {})

@@ -9,14 +9,13 @@ once.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from typing import Any
 
 import torch
 
-from experiments.launchers.child import run_dir_overrides
+from experiments.launchers.command import run_dir_overrides
 from experiments.validation import boolean
 
 
@@ -41,13 +40,7 @@ def child_command(overrides: list[str], run_dir: str) -> list[str]:
     return [sys.executable, "-m", "experiments.train", *overrides, *run_dir_overrides(run_dir)]
 
 
-# Set in the environment of a local sweep's point (launchers/children.py).
-SWEEP_POINT_ENV = "EXPERIMENTS_SWEEP_POINT"
 _ctrl_c = {"count": 0}
-
-
-def is_sweep_point() -> bool:
-    return os.environ.get(SWEEP_POINT_ENV) == "1"
 
 
 def point_stops_on_ctrl_c() -> None:

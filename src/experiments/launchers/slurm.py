@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from experiments.errors import ConfigError
-from experiments.launchers.resolvers import slurm_setup_lines
+from experiments.resolvers import slurm_setup_lines
+from experiments.role import Kind, Role
 from experiments.validation import boolean, integer
 
 log = logging.getLogger(__name__)
@@ -294,12 +295,10 @@ def _threads_per_task() -> None:
     torch.set_num_threads(int(cpus))
 
 
-def job_record() -> dict[str, Any] | None:
+def job_record(role: Role) -> dict[str, Any] | None:
     """Where this task's Slurm job is, for summary.json: ids, restarts, and its stdout/stderr
     files; None outside a Slurm job."""
-    from experiments import distributed_env
-
-    if not distributed_env.in_slurm_job():
+    if role.kind is not Kind.SLURM_TASK:
         return None
     record: dict[str, Any] = {
         "job_id": os.environ.get("SLURM_JOB_ID"),

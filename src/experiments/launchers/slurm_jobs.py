@@ -163,7 +163,7 @@ def record_submission(
     point whose job has not started has no directory yet). A search submits batch after
     batch, and a continued sweep again: each submission adds its points (a point submitted
     again keeps its newest job)."""
-    from experiments.run.record import user_command
+    from experiments.launchers.command import user_command
     from experiments.status import SUBMITTED
 
     path = sweep_dir / SUBMITTED

@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from experiments.run.record import user_command
+from experiments.launchers.command import user_command
 
 
 def before_submission(config: DictConfig) -> None:

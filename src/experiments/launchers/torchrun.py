@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from experiments.errors import ConfigError
-from experiments.launchers.child import run_dir_overrides
+from experiments.launchers.command import run_dir_overrides
 from experiments.validation import integer, positive_number
 
 # For torchrun itself: a rendezvous store per restart round instead of one shared by all rounds

@@ -3,11 +3,18 @@
 
 When one rank dies, its peers fail a moment later with errors that only say a peer went away
 ("Connection closed by peer"), or, when it died before they connected, they wait in the
-rendezvous until its timeout (30 minutes). So every rank that fails writes
-`failures/rank_<k>.json` before it exits, and every rank of a multi-rank run watches that
-folder (`Watchdog`). The launching process (torchrun's login, Slurm's) reads the same records
-when a job ends without a summary that says why. The run directory is shared by every rank, so
-this needs nothing but the filesystem: torchrun and Slurm, one node or many, gloo and NCCL.
+rendezvous until its timeout (30 minutes). So every rank that fails reports to the run's
+owner by writing `failures/rank_<k>.json` before it exits; the owner (torchrun's launching
+process, or a Slurm job's rank 0) and Slurm's login read the records to name the cause. The
+run directory is shared by every rank, so this needs nothing but the filesystem: torchrun and
+Slurm, one node or many, gloo and NCCL.
+
+Stopping the peers is torch's and Slurm's where they can: torchrun's agent stops the ranks of
+its node when one fails (and the launching process names the cause). Its peers on other nodes
+and a Slurm job's other tasks are no child of that agent, and a rank blocked in the rendezvous
+acts on no signal (Slurm's --kill-on-bad-exit SIGTERMs it, then SIGKILLs it after KillWait,
+unrecorded): those ranks watch the folder (`Watchdog`) and stop within a second or two of a
+peer's record, the owner recording the run as failed under that peer's cause.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from experiments import distributed_env
+from experiments import distributed_env, role
 from experiments.run.record import atomically, read_json
 
 log = logging.getLogger(__name__)
@@ -39,14 +46,7 @@ def attempt() -> str | None:
     """This process's attempt at the run (records of an earlier attempt are history): the
     Slurm job and its requeue count, or torchrun's run id and restart round. None outside a
     multi-rank launch."""
-    if os.environ.get("SUBMITIT_EXECUTOR") == "slurm" and "SLURM_JOB_ID" in os.environ:
-        return f"slurm:{os.environ['SLURM_JOB_ID']}:{os.environ.get('SLURM_RESTART_COUNT', '0')}"
-    if "TORCHELASTIC_RUN_ID" in os.environ:
-        # Each restart round has a store of its own (distributed_env.init_process_group): its
-        # address is the round's, the same on every node (restart counts are not).
-        store = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
-        return f"torchrun:{os.environ['TORCHELASTIC_RUN_ID']}:{store}"
-    return None
+    return role.of_process().attempt
 
 
 def is_echo(error: str) -> bool:
@@ -126,9 +126,10 @@ def wait_for_cause(run_dir: Path, own: dict[str, Any], timeout_s: float = 10.0) 
 
 
 class Watchdog:
-    """Stops this rank when a peer of the same attempt has failed: its collectives would
-    only fail later, or wait until a timeout. `on_peer_failure` runs first (rank 0 records the
-    run as failed), then the process exits with status 1."""
+    """Stops this rank when a peer of the same attempt has failed (where no agent of torch's
+    stops it: the module docstring): its collectives would only fail later, or wait until a
+    timeout. `on_peer_failure` runs first (rank 0 records the run as failed), then the process
+    exits with status 1."""
 
     def __init__(
         self,

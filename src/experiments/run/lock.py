@@ -8,15 +8,17 @@ lock (fcntl.lockf, not flock: it also works over NFS) on `<run dir>/.run.lock` f
 lifetime; the kernel releases it however the process ends (SIGKILL included), so a lock is
 never stale.
 
-How the processes of ONE run share it while a second run is refused: whoever comes first
-takes the lock exclusively, writes the holder (host, pid, Slurm job, the run's token) into the
-file, and turns it into a shared lock (atomic for POSIX locks). A process that finds the lock
-taken reads the holder: if it belongs to the same run (its token: handed to torchrun's ranks
-and a sweep point's process through the environment, or the same Slurm job and attempt for
-every task of that job) it takes a shared lock too; otherwise it is refused, in one line
-naming the holder, before it writes anything. A Slurm requeue of the same job is a new
-attempt: it waits for its previous attempt to let go (Slurm is ending it) and takes over.
-`holder()` reads who holds a directory without disturbing it (for the status command).
+The lock is taken by the run's owner alone (role.py: a single run's own process, a local
+sweep's point, rank 0 of a Slurm job); the processes it starts do not take it. Whoever comes
+first takes the lock exclusively, writes the holder (host, pid, Slurm job, the run's token)
+into the file, and turns it into a shared lock (atomic for POSIX locks). A process that finds
+the lock taken reads the holder: the launching processes of one multi-node torchrun launch
+(the same token on every node) join it with a shared lock; anyone else is refused, in one
+line naming the holder, before it writes anything. A Slurm requeue of the same job is a new
+attempt: its rank 0 waits for its previous attempt to let go (Slurm is ending it) and takes
+over. The holder may publish more in its record (`publish`: where its ranks report,
+run/channel.py). `holder()` reads who holds a directory without disturbing it (for the status
+command and the ranks).
 """
 
 from __future__ import annotations
@@ -32,13 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments import distributed_env
+from experiments import distributed_env, role
 from experiments.errors import ConfigError
 
 RUN_LOCK = ".run.lock"
 SWEEP_LOCK = ".sweep.lock"
-# The holder's token, set for the processes a run starts itself (torchrun's ranks, a local
-# sweep's point): they join the lock instead of being refused by it.
+# The holder's token, handed to the ranks a run's owner starts: the key of the channel they
+# report through (run/channel.py).
 TOKEN_ENV = "EXPERIMENTS_RUN_LOCK"
 # A holder writes its record microseconds after taking the lock: a process that finds the
 # lock taken and no (or an old) record looks again for this long before it refuses.
@@ -89,13 +91,18 @@ def check_readable(run_dir: Path) -> None:
         raise ForeignRunDir(Path(run_dir), foreign)
 
 
-def refuse_if_held(directory: Path, name: str = RUN_LOCK) -> None:
+def refuse_if_held(directory: Path, name: str = RUN_LOCK, ours: str | None = None) -> None:
     """Before a launching process plans anything: a directory another run holds is refused
     naming the holder (else a config check reading that run's record would answer first).
     The nodes of one multi-node torchrun launch hold it together: they pass here and join
-    in `hold`."""
+    in `hold`. `ours`: this process's attempt at a Slurm job, whose every attempt's rank 0
+    holds the run for it (another task of the job passes)."""
     found = holder(directory, name)
-    if found is not None and not str(found.get("token", "")).startswith("torchrun:"):
+    if found is None:
+        return
+    token = str(found.get("token", ""))
+    job = ours.rsplit(":", 1)[0] + ":" if ours else None  # slurm:<job>: of any attempt
+    if not token.startswith("torchrun:") and not (job and token.startswith(job)):
         raise RunDirInUse(_real(directory), found, sweep=name == SWEEP_LOCK)
 
 
@@ -103,7 +110,8 @@ def refuse_if_held(directory: Path, name: str = RUN_LOCK) -> None:
 class Held:
     fd: int
     token: str
-    record: dict[str, Any]
+    record: dict[str, Any]  # the holder's: this process's own, unless it joined (`first`)
+    first: bool  # this process took the lock first (a joiner shares it)
 
 
 _held: dict[str, Held] = {}
@@ -124,27 +132,19 @@ def describe(record: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _slurm() -> tuple[str, int] | None:
-    if not distributed_env.in_slurm_job() or "SLURM_JOB_ID" not in os.environ:
-        return None
-    return os.environ["SLURM_JOB_ID"], int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
-
-
 def _token(shared: str | None) -> str:
-    """This process's run: a Slurm job's attempt, the token its launcher handed it, a token
-    shared by all nodes of one launch (`shared`), else a fresh one (a run of its own)."""
-    slurm = _slurm()
+    """This process's run: a Slurm job's attempt, a token shared by all nodes of one launch
+    (`shared`), else a fresh one (a run of its own)."""
+    slurm = role.of_process().slurm_job
     if slurm is not None:
         return f"slurm:{slurm[0]}:{slurm[1]}"
-    if os.environ.get(TOKEN_ENV):
-        return os.environ[TOKEN_ENV]
     if shared:
         return shared
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def _record(token: str) -> dict[str, Any]:
-    slurm = _slurm()
+    slurm = role.of_process().slurm_job
     return {
         "token": token,
         "host": distributed_env.node(),
@@ -188,15 +188,13 @@ def hold(directory: Path, name: str = RUN_LOCK, shared: str | None = None) -> He
     try:
         while True:
             if _try(fd, fcntl.LOCK_EX):
-                record = _record(token)
-                data = json.dumps(record).encode("utf-8")
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, data, 0)
+                record, first = _record(token), True
+                _write(fd, record)
                 fcntl.lockf(fd, fcntl.LOCK_SH)  # atomic downgrade: the run's others may join
                 break
             found = _read(fd)
             if found.get("token") == token and _try(fd, fcntl.LOCK_SH):
-                record = found  # a process of the same run holds it: join
+                record, first = found, False  # another node's launch of the same run: join
                 break
             waited = time.monotonic() - started
             if waited < GRACE_S or (_requeue_of(found, token) and waited < REQUEUE_WAIT_S):
@@ -206,9 +204,24 @@ def hold(directory: Path, name: str = RUN_LOCK, shared: str | None = None) -> He
     except BaseException:
         os.close(fd)
         raise
-    held = Held(fd, token, record)
+    held = Held(fd, token, record, first)
     _held[str(path)] = held
     return held
+
+
+def _write(fd: int, record: dict[str, Any]) -> None:
+    """The holder record, over the file's bytes from the start, then cut to its length."""
+    data = json.dumps(record).encode("utf-8")
+    os.pwrite(fd, data, 0)
+    os.ftruncate(fd, len(data))
+
+
+def publish(directory: Path, **fields: Any) -> None:
+    """Add `fields` to the record of a lock this process took first (a reader sees the old
+    record or the new one)."""
+    held = _held[str(_real(directory) / RUN_LOCK)]
+    held.record = {**held.record, **fields}
+    _write(held.fd, held.record)
 
 
 def _real(directory: Path) -> Path:
@@ -231,10 +244,16 @@ def _requeue_of(found: dict[str, Any], token: str) -> bool:
     )
 
 
+def held(directory: Path, name: str = RUN_LOCK) -> Held | None:
+    """This process's hold on `directory`'s lock, if it has one."""
+    return _held.get(str(_real(directory) / name))
+
+
 def child_env(directory: Path, name: str = RUN_LOCK) -> dict[str, str]:
-    """What a process this one starts for the same run needs to join its lock."""
-    held = _held.get(str(_real(directory) / name))
-    return {TOKEN_ENV: held.token} if held else {}
+    """What the ranks this process starts for its run are handed: the lock's token, the key
+    of the channel they report through (they do not take the lock)."""
+    mine = held(directory, name)
+    return {TOKEN_ENV: mine.token} if mine else {}
 
 
 def release(directory: Path, name: str = RUN_LOCK) -> None:

@@ -18,10 +18,8 @@ import json
 import logging
 import os
 import platform
-import shlex
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from importlib import metadata
@@ -33,7 +31,6 @@ log = logging.getLogger(__name__)
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 STEPS = "steps.jsonl"
-COMMAND_ENV = "EXPERIMENTS_COMMAND"  # the user's command, handed to torchrun workers
 # The layout of summary.json and the logs. Raised only when a reader of an older layout would
 # misread a newer one: a run directory of a newer format is refused (resume) or reported (the
 # report) naming the package version that wrote it; older ones are read.
@@ -118,30 +115,26 @@ def no_space(error: BaseException) -> NoSpaceError | None:
 
 
 def write_bytes_atomic(path: Path, data: bytes | memoryview) -> None:
-    """Write, fsync, rename over `path`. On a full disk or quota the temporary is removed (its
-    space is given back) and NoSpaceError says how much was needed: `path` is untouched."""
+    """`data` as the whole of `path` (`atomically`). On a full disk or quota NoSpaceError says
+    how much was needed: `path` is untouched and the temporary gone (its space given back)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError as error:
-        tmp.unlink(missing_ok=True)
-        if error.errno in NO_SPACE:
-            raise NoSpaceError(path, len(data), error) from None
-        raise
+    with atomically(path) as temporary:
+        try:
+            temporary.write_bytes(data)
+        except OSError as error:
+            if error.errno in NO_SPACE:
+                raise NoSpaceError(path, len(data), error) from None
+            raise
 
 
 @contextlib.contextmanager
 def atomically(path: Path, temporary: Path | None = None, fsync: bool = True) -> Iterator[Path]:
-    """A temporary beside `path` (`.<name>.tmp` unless named) for the block to write the whole
-    file at, itself or through a library that writes by name (savefig, PIL, numpy, mmcv's
-    save_checkpoint); then fsync (unless `fsync` is False) and rename over `path`, so a
-    reader never sees half of it. On any failure the temporary is removed and `path` is as
-    before; one for lack of space or quota is NoSpaceError (at least the bytes written)."""
+    """The one way a file of ours is written whole or not at all: a temporary beside `path`
+    (`.<name>.tmp` unless named) for the block to write the whole file at, itself or through
+    a library that writes by name (savefig, PIL, numpy, torch.save, mmcv's save_checkpoint);
+    then fsync (unless `fsync` is False) and rename over `path`, so a reader never sees half
+    of it. On any failure the temporary is removed and `path` is as before; one for lack of
+    space or quota is NoSpaceError (at least the bytes written)."""
     path = Path(path)
     tmp = Path(temporary) if temporary is not None else path.with_name(f".{path.name}.tmp")
     try:
@@ -182,33 +175,30 @@ class _Counter(io.RawIOBase):
 
 
 def write_torch_atomic(state: Any, path: Path) -> None:
-    """torch.save to a temporary, fsync, rename. On a full disk or quota the temporary is
-    closed and removed (its space given back at once) and NoSpaceError names the bytes the
-    whole file needs (serialised again into a counter: torch reports only an iostream error)."""
+    """torch.save, `atomically`. On a full disk or quota NoSpaceError names the bytes the
+    whole file needs (serialised again into a counter: torch reports only an iostream error,
+    once the partial copy is gone)."""
     import torch
 
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as handle:  # ours, so it is closed however torch.save fails
-            torch.save(state, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except (OSError, RuntimeError) as error:
-        tmp.unlink(missing_ok=True)
-        cause = no_space(error)
-        if cause is None and not isinstance(error, RuntimeError):
-            raise
-        counter = _Counter()
-        torch.save(state, counter)
-        free = free_bytes(path.parent)
-        # torch's writer may hide the errno: out of space if the whole file cannot fit in
-        # what is free now that its partial copy is gone.
-        if cause is None and (free is None or counter.size <= free):
-            raise
-        errno_cause = error if isinstance(error, OSError) else None
-        raise NoSpaceError(path, counter.size, errno_cause) from None
+    with atomically(path) as temporary:
+        try:
+            with open(temporary, "wb") as handle:  # ours, so it is closed however torch fails
+                torch.save(state, handle)
+        except (OSError, RuntimeError) as error:
+            cause = no_space(error)
+            if cause is None and not isinstance(error, RuntimeError):
+                raise
+            temporary.unlink(missing_ok=True)  # its space given back before it is measured
+            counter = _Counter()
+            torch.save(state, counter)
+            free = free_bytes(path.parent)
+            # torch's writer may hide the errno: out of space if the whole file cannot fit
+            # in what is free now that its partial copy is gone.
+            if cause is None and (free is None or counter.size <= free):
+                raise
+            errno_cause = error if isinstance(error, OSError) else None
+            raise NoSpaceError(path, counter.size, errno_cause) from None
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
@@ -358,28 +348,50 @@ def git_commit(directory: str) -> str | None:
     return commit.strip() + ("-dirty" if dirty.strip() else "")
 
 
-def user_command() -> str:
-    """The command the user typed; torchrun workers inherit it from the launching process."""
-    if os.environ.get(COMMAND_ENV):
-        return os.environ[COMMAND_ENV]
-    program = Path(sys.argv[0]).name
-    prefix = ["python", "-m", "experiments.train"] if program.endswith(".py") else [program]
-    return shlex.join([*prefix, *sys.argv[1:]])
+class RecordFiles:
+    """summary.json, metrics.jsonl and steps.jsonl of one run directory, written by the run's
+    owner alone (role.py): in its own process, or for the ranks torchrun started for it, as
+    they report over its channel (run/channel.py)."""
 
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
 
-def resume_command(run_dir: Path) -> str:
-    """The command that continues a single run in its own directory: the user's command with
-    `hydra.run.dir=<run_dir>` in place of any run directory it named. A single run's directory
-    is timestamped (conf/hydra/default.yaml), so the same command alone would start over in a
-    new one; naming the directory keeps every override as typed and resumes in place."""
-    from experiments.launchers.child import run_dir_overrides
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.run_dir / SUMMARY, summary)
 
-    words = [w for w in shlex.split(user_command()) if not w.startswith("hydra.run.dir=")]
-    return shlex.join([*words, run_dir_overrides(str(run_dir))[0]])
+    def append(self, name: str, record: dict[str, Any]) -> None:
+        """One record of metrics.jsonl or steps.jsonl."""
+        append_jsonl(self.run_dir / name, record)
+
+    def truncate(self, after_step: int) -> None:
+        """Keep the records of steps <= after_step (0: a fresh start keeps none). A line cut
+        short by a crash or a full disk is dropped here: the resumed run's logs are whole."""
+        for name in (METRICS, STEPS):
+            path = self.run_dir / name
+            if not path.exists():
+                continue
+            kept, broken = [], 0
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                try:
+                    record = json.loads(line) if line.strip() else None
+                except ValueError:
+                    record = None
+                if not isinstance(record, dict):
+                    broken += bool(line.strip())
+                    continue
+                if _step_of(record) <= after_step:
+                    kept.append(line)
+            if broken:
+                log.warning("%s: %d line(s) cut short or invalid, dropped on resume", path, broken)
+            write_bytes_atomic(path, "".join(f"{line}\n" for line in kept).encode("utf-8"))
 
 
 class RunRecorder:
-    """Writes the record of one run. Created on every rank; only rank 0 touches the disk."""
+    """The record of one run as the rank that trains it keeps it: its summary, its metrics and
+    steps (written through `files`, the owner's RecordFiles or the channel to it), and every
+    record handed on to the selected loggers. Created on every rank; only the rank whose
+    record reaches the run directory (`enabled`: rank 0) records anything."""
 
     def __init__(
         self,
@@ -387,10 +399,12 @@ class RunRecorder:
         summary: dict[str, Any],
         enabled: bool = True,
         loggers: list[Any] | None = None,
+        files: Any = None,
     ) -> None:
         self.run_dir = run_dir
         self.enabled = enabled
         self.summary = summary
+        self.files = files if files is not None else RecordFiles(run_dir)
         # The logger group's loggers (loggers/): every metric recorded here goes to them too.
         self.loggers: list[Any] = list(loggers or []) if enabled else []
         self._started = time.time()
@@ -398,17 +412,23 @@ class RunRecorder:
     def start(self) -> None:
         if not self.enabled:
             return
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.summary.update(status="running", started_at=_now(), record_format=RECORD_FORMAT)
-        self._write_summary()
+        self.files.write_summary(self.summary)
 
     def log_metrics(self, record: dict[str, Any], tag_prefix: str = "epoch") -> None:
         if not self.enabled:
             return
-        append_jsonl(self.run_dir / METRICS, record)
+        self.files.append(METRICS, record)
         step = int(record.get("step", 0))
         scalars = _numbers({k: v for k, v in record.items() if k not in ("step", "epoch", "time")})
         self._track({f"{tag_prefix}/{key}": value for key, value in scalars.items()}, step)
+
+    def log_step(self, record: dict[str, Any]) -> None:
+        """One optimizer step's record (steps.jsonl); its loss goes to the loggers too."""
+        if not self.enabled:
+            return
+        self.files.append(STEPS, record)
+        self._track({"train/loss": record["loss"]}, int(record["step"]))
 
     def _track(self, metrics: dict[str, float], step: int) -> None:
         for logger in [t for t in self.loggers if not t.uses_mmcv_hook]:
@@ -428,34 +448,13 @@ class RunRecorder:
             self.loggers.remove(logger)
 
     def truncate_logs(self, after_step: int) -> None:
-        """Keep the records of steps <= after_step (0: a fresh start keeps none). A line cut
-        short by a crash or a full disk is dropped here: the resumed run's logs are whole."""
+        """The records (and the loggers' own) back to step `after_step` (see
+        RecordFiles.truncate)."""
         if not self.enabled:
             return
-        for name in (METRICS, STEPS):
-            path = self.run_dir / name
-            if not path.exists():
-                continue
-            kept, broken = [], 0
-            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-                try:
-                    record = json.loads(line) if line.strip() else None
-                except ValueError:
-                    record = None
-                if not isinstance(record, dict):
-                    broken += bool(line.strip())
-                    continue
-                if _step_of(record) <= after_step:
-                    kept.append(line)
-            if broken:
-                log.warning("%s: %d line(s) cut short or invalid, dropped on resume", path, broken)
-            write_bytes_atomic(path, "".join(f"{line}\n" for line in kept).encode("utf-8"))
+        self.files.truncate(after_step)
         for logger in [t for t in self.loggers if hasattr(t, "truncate")]:
             self._call(logger, "truncate", after_step)
-
-    def scalar(self, tag: str, value: float, step: int) -> None:
-        if self.enabled:
-            self._track({tag: value}, step)
 
     def scalars(self, metrics: dict[str, float], step: int) -> None:
         if self.enabled:
@@ -490,12 +489,9 @@ class RunRecorder:
             self.summary["metrics"] = metrics
         if error is not None:
             self.summary["error"] = error
-        self._write_summary()
+        self.files.write_summary(self.summary)
         for logger in list(self.loggers):
             self._call(logger, "finish", status, _numbers(metrics or {}))
-
-    def _write_summary(self) -> None:
-        write_json_atomic(self.run_dir / SUMMARY, self.summary)
 
 
 def _step_of(record: dict[str, Any]) -> float:

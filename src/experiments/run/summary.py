@@ -1,13 +1,12 @@
 """What summary.json holds when a run starts, and how its end is recorded when it is not a
 clean finish (a failed sweep point, a full disk, a peer rank's failure). Apart from record.py
-(how records are written) so the launching side (launchers/children.py) and the run itself
-(train.py) record the same way."""
+(how records are written) so the run's owner and the launchers that outlive it (a sweep's
+login, Slurm's) record the same way. The command lines come from the launchers, which know
+them (launchers/command.py)."""
 
 from __future__ import annotations
 
-import json
 import os
-import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -19,8 +18,6 @@ from experiments.run.record import (
     RunRecorder,
     git_commit,
     read_summary,
-    resume_command,
-    user_command,
     versions,
     write_json_atomic,
 )
@@ -61,18 +58,23 @@ PLAN_FIELDS = (
 
 
 def start_summary(
-    plan: Any, cwd: str, previous: dict[str, Any] | None, slurm: dict[str, Any] | None
+    plan: Any,
+    cwd: str,
+    previous: dict[str, Any] | None,
+    slurm: dict[str, Any] | None,
+    commands: tuple[str, str],
 ) -> dict[str, Any]:
     """summary.json as a run starts: the plan, the command, versions, code and counters
-    carried over from the run's earlier launches; `slurm` is the job's record under Slurm."""
+    carried over from the run's earlier launches; `slurm` is the job's record under Slurm;
+    `commands`: the user's command and the one that continues the run."""
     described = plan.as_dict()
     summary = {key: described[key] for key in PLAN_FIELDS if key in described}
     summary.update(
         seed=plan.seed,
         # what the run returns to a sweep (objective=; a search is told these recorded values)
         objective=list(getattr(plan, "objectives", [plan.objective])),
-        command=user_command(),
-        resume_command=_resume(plan.run_dir),
+        command=commands[0],
+        resume_command=commands[1],
         overrides=plan.overrides,
         versions=versions(),
         git_commit=git_commit(cwd) or git_commit(str(Path(__file__).parent)),
@@ -88,23 +90,10 @@ def start_summary(
     return summary
 
 
-def _resume(run_dir: Path) -> str:
-    """A sweep point's or a Slurm job's: the same command (the sweep directory is named after
-    it); a single run's: the command naming its timestamped directory."""
-    from experiments import distributed_env
-    from experiments.launchers.local import is_sweep_point
-
-    command = user_command()
-    swept = {"-m", "--multirun", "hydra.mode=MULTIRUN"} & set(shlex.split(command))
-    if swept or is_sweep_point() or distributed_env.in_slurm_job():
-        return command
-    return resume_command(run_dir)
-
-
 def write_plan(plan: Any) -> Path:
     """plan.json in the run directory: the artefact every logger gets first."""
     plan_file = plan.run_dir / "plan.json"
-    plan_file.write_text(json.dumps(plan.as_dict(), indent=2, default=str), encoding="utf-8")
+    write_json_atomic(plan_file, plan.as_dict())
     return plan_file
 
 

@@ -29,6 +29,7 @@ from experiments.run.stop import GracefulStop
 from experiments.snn.engines.profiling import StepProfiler, summary_metrics
 from experiments.snn.engines.spikingjelly_checkpoints import (
     BEST,
+    read_mesh,
     remove_newer_than,
     scan_checkpoints,
 )
@@ -98,10 +99,9 @@ def _init_process_group(device: str) -> bool:
 
 def train(plan: SNNPlan, recorder: RunRecorder) -> dict[str, Any]:
     initialized_here = _init_process_group(plan.device)
-    from experiments.launchers.local import is_sweep_point  # Ctrl-C at a local sweep
+    from experiments import role  # Slurm's signals; Ctrl-C at a local sweep
 
-    graceful = distributed_env.in_slurm_job() or is_sweep_point()
-    stop = GracefulStop().install() if graceful else None
+    stop = GracefulStop().install() if role.of_process().stops_gracefully else None
     try:
         return _Run(plan, recorder, stop).train()
     finally:
@@ -164,6 +164,7 @@ class _Run:
             from experiments.snn.engines.spikingjelly_spikes import records_up_to
 
             self.spikes.resume(records_up_to(self.plan.run_dir, step))
+        self.hooks.carried = (read_mesh(path) or {}).get("epoch_so_far")  # mid-epoch: its loss
         self.recorder.summary["resumed_from"] = str(path)
         self.recorder.summary["resumes"] = self.recorder.summary.get("resumes", 0) + 1
         log.info("resuming SpikingJelly's loop from %s", path)

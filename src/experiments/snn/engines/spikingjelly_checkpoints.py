@@ -77,8 +77,16 @@ def read_recipe(path: Path) -> dict[str, Any]:
     return json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
 
 
-def write_mesh(path: Path, mesh: dict[str, Any], global_batch: int) -> None:
-    write_json_atomic(Path(path) / MESH_FILE, {"mesh": mesh, "global_batch": global_batch})
+def write_mesh(
+    path: Path, mesh: dict[str, Any], global_batch: int, epoch_so_far: list[float] | None = None
+) -> None:
+    """mesh.json beside a checkpoint: the mesh and global batch it was written under, and
+    (saved by the loop mid-epoch) the epoch's training loss so far, as the loop sums it:
+    [sum of each sample's loss, samples], over the data-parallel ranks."""
+    record: dict[str, Any] = {"mesh": mesh, "global_batch": global_batch}
+    if epoch_so_far is not None:
+        record["epoch_so_far"] = epoch_so_far
+    write_json_atomic(Path(path) / MESH_FILE, record)
 
 
 def read_mesh(path: Path) -> dict[str, Any] | None:

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from experiments import collectives
-from experiments.run.record import STEPS, RunRecorder, append_jsonl, no_space
+from experiments.run.record import RunRecorder, no_space
 from experiments.run.stop import GracefulStop
 from experiments.snn.engines.spikingjelly_checkpoints import (
     BEST,
@@ -62,7 +62,7 @@ REPLACED = (
     "_classification_loss",
 )
 STEP_LOCALS = ("global_step", "loss", "model", "optimizer", "dp_group", "dp_size",
-               "train_loader", "epoch", "targets")  # fmt: skip
+               "train_loader", "epoch", "targets", "totals", "dp_rank")  # fmt: skip
 EVALUATION_LOCALS = ("global_step", "epoch", "batch_index", "train_loss", "config", "model",
                      "optimizer", "scheduler", "scaler", "device", "tp_rank", "pp_rank",
                      "dp_rank", "checkpoint_group", "checkpoint_future", "training_seconds",
@@ -122,6 +122,10 @@ class LoopHooks:
         self.optimizer: Any = None
         self.ranks: list[dict[str, Any]] | None = None
         self._clock: tuple[float, int] | None = None  # (time, images) at the first step
+        # The epoch's loss so far as the checkpoint resumed mid-epoch saved it (mesh.json):
+        # added to the loop's running sum at the first step, so the epoch's mean is the
+        # whole epoch's, as an uninterrupted run reports it.
+        self.carried: list[float] | None = None
 
     # --- what the live config answers --------------------------------------------------
 
@@ -182,6 +186,8 @@ class LoopHooks:
             step, epoch, batch = load(*args, **kwargs)
             if self.loader is not None:
                 self.loader.skip = batch % len(self.loader)  # the loop's own start_batch
+                if not self.loader.skip:  # at an epoch's end: the next epoch starts afresh
+                    self.carried = None
             self.saves.saved_step = step
             return step, epoch, batch
 
@@ -199,6 +205,11 @@ class LoopHooks:
 
     def _after_step(self, scope: dict[str, Any]) -> None:
         self.saves.save_now = False
+        if self.carried is not None:
+            if int(scope["dp_rank"]) == 0:  # once: the epoch's end sums the dp ranks' totals
+                totals = scope["totals"]  # the loop's own tensor, added to in place
+                totals += torch.tensor(self.carried, dtype=totals.dtype, device=totals.device)
+            self.carried = None
         step = int(scope["global_step"]) + 1  # the loop increments it right after this call
         self.step = step
         self.optimizer = scope["optimizer"]
@@ -236,9 +247,7 @@ class LoopHooks:
             record["replica_max_diff"] = collectives.replica_spread(
                 scope["model"].parameters(), scope["dp_group"]
             )
-        self.recorder.scalar("train/loss", self.last_loss, step)
-        if self.recorder.enabled:
-            append_jsonl(self.plan.run_dir / STEPS, record)
+        self.recorder.log_step(record)
 
     def _final_step(self, scope: dict[str, Any]) -> int:
         total = self.config.epochs * len(scope["train_loader"])
@@ -291,10 +300,11 @@ class Saves:
 
         def save_checkpoint(path: Any, *args: Any, **kwargs: Any) -> Any:
             saving[0] = path
+            so_far = _epoch_so_far(sys._getframe(1))  # every rank: a collective
             with _one_writer_uncoordinated(kwargs.get("process_group")):
                 future = save(path, *args, **kwargs)
             if dist.get_rank() == 0:
-                write_mesh(path, self.plan.dims.as_dict(), self.plan.global_batch)
+                write_mesh(path, self.plan.dims.as_dict(), self.plan.global_batch, so_far)
             if Path(path).parent == self.root:
                 self.saved_step = checkpoint_step(Path(path))
             return future
@@ -349,6 +359,19 @@ class Saves:
         keep = self.hooks.keep if keep is None else keep
         if keep and dist.get_rank() == 0:
             remove_all_but_newest(root or self.root, keep)
+
+
+def _epoch_so_far(caller: Any) -> list[float] | None:
+    """At a save by the loop itself: the epoch's running loss sum and sample count (its
+    `totals`, each data-parallel rank's own until the epoch ends), summed over the
+    data-parallel ranks. None at a save of ours (an evaluation's: the epoch has ended)."""
+    if caller.f_code.co_name != "train_classification":
+        return None
+    scope = caller.f_locals
+    totals = scope["totals"].detach().clone()
+    if int(scope["dp_size"]) > 1:
+        dist.all_reduce(totals, group=scope["dp_group"])
+    return [float(totals[0]), float(totals[1])]
 
 
 def _one_writer_uncoordinated(group: Any) -> contextlib.AbstractContextManager[Any]:

@@ -1,7 +1,8 @@
 """The Slurm launcher's config resolvers (`${experiments.null_if_zero:...}`,
 `${experiments.slurm_setup:...}` in conf/launcher/slurm.yaml and conf/hydra/launcher/).
-Registered by `import experiments` (they must exist before Hydra composes); kept here, with
-the launcher they serve, and light: no torch."""
+Registered by `import experiments` (they must exist before Hydra composes), so this module is
+light (no torch) and imports nothing of the package: `import experiments` stays below every
+module that imports it."""
 
 from __future__ import annotations
 

@@ -1,0 +1,153 @@
+"""A run trained in this process: its record started, the family's engine run, and how it
+ended recorded once.
+
+The process is the run's owner (a single local run, a local sweep's point, a Slurm job's
+rank 0: they write the record themselves), another task of a Slurm job, or a rank torchrun
+started for the owner (its rank 0 reports the record to the owner: run/channel.py). Only rank
+0's recorder records; every rank that fails reports its failure (run/failures.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+
+from experiments import families, loggers
+from experiments.errors import RunStopped
+from experiments.launchers import slurm
+from experiments.launchers.command import resume_command, user_command
+from experiments.role import Kind, Role
+from experiments.run import failures
+from experiments.run.channel import to_owner
+from experiments.run.checkpoint import CheckpointError
+from experiments.run.early_stopping import Pruned
+from experiments.run.record import RecordFiles, RunRecorder, no_space
+from experiments.run.summary import finish_failed, finish_no_space, start_summary, write_plan
+
+log = logging.getLogger("experiments.train")
+
+
+class Ended(SystemExit):
+    """Exit 1 from a run that stopped itself (a failed check: the spike guard, a checkpoint
+    that cannot load, the node's preflight): its line says why; no resume command follows."""
+
+
+def train_here(
+    plan: Any, role: Role, previous: dict[str, Any] | None, cwd: str, config: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Train `plan` in this process (`config`: the resolved config it was planned from); its
+    metrics, or None when a search's pruner stopped it."""
+    logger = config.get("logger") or {}  # (`logger=none`: an empty node)
+    family = families.for_engine(plan.engine)
+    recorder = _recorder(plan, role, previous, cwd)
+    recorder.start()
+    if role.kind is Kind.SLURM_TASK and config.get("preflight", True):
+        _node_checks(plan, recorder, config)
+    watchdog = failures.Watchdog(
+        plan.run_dir, role.rank, on_peer_failure=functools.partial(finish_failed, recorder)
+    )
+    if plan.dims.world_size > 1 and not role.watched_by_torch_elastic:
+        watchdog.start()  # a peer that dies stops this rank too (run/failures.py)
+    try:
+        try:
+            if recorder.enabled and logger:
+                info = loggers.run_info(plan, config)
+                recorder.loggers = loggers.open_loggers(logger, info)
+                recorder.artifact(write_plan(plan))
+            metrics = family.engine(plan.engine).train(plan, recorder)
+        finally:
+            watchdog.stop()  # however the engine ended
+    except BaseException as error:
+        return _ended(plan, role, recorder, error)
+    for path in family.artifacts(plan.run_dir, metrics):
+        recorder.artifact(path)
+    recorder.finish("completed", metrics=metrics)
+    if recorder.enabled and family.completed_lines is not None:
+        where = loggers.where_to_look(plan.run_dir, logger)
+        print(family.completed_lines(plan, recorder.summary) + where)
+    return metrics
+
+
+def _recorder(plan: Any, role: Role, previous: dict[str, Any] | None, cwd: str) -> RunRecorder:
+    """This rank's recorder: the owner's writes the record's files; rank 0 of torchrun's
+    ranks hands them to the owner."""
+    files = to_owner(plan.run_dir) if role.kind is Kind.TORCHRUN_RANK else RecordFiles(plan.run_dir)
+    commands = (user_command(), resume_command(role, plan.run_dir))
+    summary = start_summary(plan, cwd, previous, slurm.job_record(role), commands)
+    return RunRecorder(plan.run_dir, summary, enabled=role.records, files=files)
+
+
+def _node_checks(plan: Any, recorder: RunRecorder, config: dict[str, Any]) -> None:
+    """A Slurm task's own checks before it trains (preflight.task): the failed ones as one
+    line, which summary.json records; the job ends in seconds instead of failing later."""
+    from experiments import preflight
+
+    failed = [check.line() for check in preflight.task(plan, config) if not check.ok]
+    if failed:
+        recorder.finish("failed", error="; ".join(failed))
+        print(f"error: {'; '.join(failed)}", file=sys.stderr)
+        raise Ended(1)
+
+
+def _ended(plan: Any, role: Role, recorder: RunRecorder, error: BaseException) -> None:
+    """How the engine ended, recorded once: stopped by a signal after a checkpoint
+    (interrupted), by a search's pruner, by a failed check of its own (one line), by Ctrl-C
+    before a checkpoint, or by an error (under the rank that caused it). Re-raises, but for a
+    pruned run (None)."""
+    if isinstance(error, Pruned):  # a search's pruner stopped this trial (run/early_stopping)
+        recorder.finish("pruned", metrics=error.metrics)
+        print(f"Run pruned: {error}")
+        return None
+    if isinstance(error, KeyboardInterrupt):  # Ctrl-C before the engine stopped at a step
+        stopped = "Ctrl-C; its resume_command resumes from the last checkpoint"
+        recorder.finish("interrupted", interrupted=stopped)
+    elif isinstance(error, SystemExit):  # a signal (Slurm requeue, time limit), checkpointed
+        recorder.finish("interrupted", interrupted=getattr(error, "reason", None))
+    elif isinstance(error, (CheckpointError, RunStopped)):
+        recorder.finish("failed", error=str(error))
+        print(f"error: {error}", file=sys.stderr)
+        raise Ended(1) from None
+    else:
+        _record_crash(plan, role, recorder, error)
+    raise error
+
+
+def _record_crash(plan: Any, role: Role, recorder: RunRecorder, error: BaseException) -> None:
+    """An exception out of the engine, recorded before it propagates: a full disk in one line
+    (raised as exit 1 here); a rank's failure under the rank that caused it."""
+    full = no_space(error)
+    if full is not None and plan.dims.world_size == 1:
+        finish_no_space(recorder, full)
+        raise SystemExit(1) from None
+    log.error("run failed:\n%s", traceback.format_exc())
+    text = f"{type(error).__name__}: {error}"
+    if plan.dims.world_size > 1 and role.attempt is not None:
+        own = failures.write(plan.run_dir, role.rank, text, rank_logs(plan.run_dir, role))
+        if recorder.enabled:
+            finish_failed(recorder, failures.wait_for_cause(plan.run_dir, own))
+    else:
+        recorder.finish("failed", error=text)
+
+
+def rank_logs(run_dir: Path, role: Role) -> list[str]:
+    """Where a rank's traceback is: its own log in the run directory, and Slurm's stderr of
+    its task."""
+    logs = [str(run_dir / f"{role.log_name(HydraConfig.get().job.name)}.log")]
+    stderr = (slurm.job_record(role) or {}).get("stderr")
+    if stderr:
+        logs.append(stderr)
+    return logs
+
+
+def report_failure(run_dir: Path, role: Role, error: BaseException) -> None:
+    """A rank of a multi-rank launch that failed before its run started (its peers may be
+    waiting for it in the rendezvous): its record, which their watchdogs read."""
+    if role.attempt is not None:
+        text = f"{type(error).__name__}: {error}"
+        failures.write(run_dir, role.rank, text, rank_logs(run_dir, role))
