@@ -108,12 +108,16 @@ def worker_pid(run_dir: Path, rank: int) -> int:
 
 @pytest.fixture(scope="module")
 def reference(module_tmp: Callable[[str], Path]) -> dict[str, list[float]]:
-    """Uninterrupted runs: the trajectories every interrupted run must reproduce."""
+    """Uninterrupted runs: the trajectories every interrupted run must reproduce, and
+    (`<name>_train_loss`) the epoch's mean training loss each reports."""
     root = module_tmp("reference")
     train(root / "single", [])
     train(root / "single_again", [])
     train(root / "ddp", DDP)
-    return {name: losses(root / name) for name in ("single", "single_again", "ddp")}
+    found = {name: losses(root / name) for name in ("single", "single_again", "ddp")}
+    for name in ("single", "ddp"):
+        found[f"{name}_train_loss"] = summary(root / name)["metrics"]["train_loss"]
+    return found
 
 
 def test_same_config_and_seed_give_identical_losses(reference: dict[str, list[float]]) -> None:
@@ -160,6 +164,11 @@ def test_killed_process_resumes_on_rerun_onto_the_same_trajectory(
         "step_00000008"
     )
     assert losses(run_dir) == pytest.approx(reference["single"], rel=1e-6)
+    # Resumed mid-epoch (at step 4 or 8 of a 32-step epoch): the epoch's mean training loss
+    # covers its steps before the resume too, as the uninterrupted run's does.
+    assert record["metrics"]["train_loss"] == pytest.approx(
+        reference["single_train_loss"], rel=1e-9
+    )
     assert list((work / "outputs" / "runs").glob("*/*")) == [run_dir]
 
 
@@ -177,6 +186,8 @@ def test_sigkill_of_one_rank_is_survived_through_torchrun_restarts(
     assert (record["status"], record["metrics"]["steps"]) == ("completed", 12)
     assert (record["resumes"], record["restarts"]) == (1, 1)
     assert losses(run_dir) == pytest.approx(reference["ddp"], rel=1e-5)
+    # The carried epoch loss is summed over both data-parallel ranks once.
+    assert record["metrics"]["train_loss"] == pytest.approx(reference["ddp_train_loss"], rel=1e-5)
 
 
 def test_truncated_checkpoint_is_reported_and_the_previous_one_used(

@@ -24,7 +24,7 @@ from experiments import callbacks, launchers, role, training
 from experiments.callbacks import print_config_error
 from experiments.errors import ConfigError
 from experiments.launchers import children
-from experiments.launchers.command import resume_command
+from experiments.launchers.command import resume_command, user_command
 from experiments.plan import build_plan, objective_value
 from experiments.role import Kind, Role
 from experiments.run import lock
@@ -139,11 +139,10 @@ def run(plan: Any, process: Role, cwd: str, config: dict[str, Any]) -> Any:
     directory the same command finds again) says as it starts, and again if it stops short,
     the one command that continues it in its directory: a kill -9 leaves the first line on
     the screen, and summary.json keeps it (resume_command)."""
-    line = None
-    if process.kind is Kind.RUN:
-        line = f"To resume this run if it stops: {resume_command(process, plan.run_dir)}"
+    commands = (user_command(), resume_command(process, plan.run_dir))
+    line = f"To resume this run if it stops: {commands[1]}" if process.kind is Kind.RUN else None
     try:
-        value = _run(plan, process, cwd, config, line)
+        value = _run(plan, process, training.TrainHere(process, cwd, config, commands), line)
     except training.Ended:
         raise  # the run stopped itself for a reason a resume would meet again
     except BaseException:
@@ -155,7 +154,7 @@ def run(plan: Any, process: Role, cwd: str, config: dict[str, Any]) -> Any:
     return value
 
 
-def _run(plan: Any, process: Role, cwd: str, config: dict[str, Any], line: str | None) -> Any:
+def _run(plan: Any, process: Role, here: training.TrainHere, line: str | None) -> Any:
     # The extensions this launch makes, recorded by the owner before any process starts.
     kept = record_extensions(plan) if process.kind is Kind.RUN else read_summary(plan.run_dir)
     if kept and kept.get("status") == "completed" and plan.resume == "auto":
@@ -164,12 +163,9 @@ def _run(plan: Any, process: Role, cwd: str, config: dict[str, Any], line: str |
         print(line, flush=True)
     # what every process of the run inherits (SpikingJelly's neuron-kernel pin: snn/neurons.py)
     os.environ.update(getattr(plan, "process_environment", {}))
-    child = children.child_command(plan, process)
-    if child is not None:  # torchrun's ranks, a local sweep's point
-        launcher = config.get("launcher") or {}
-        metrics = children.launch(plan, *child, bool(launcher.get("warm_points", False)))
-    else:
-        metrics = training.train_here(plan, process, kept, cwd, config)
+    # The role's way to run the plan: start torchrun's ranks or a sweep's point, or train here.
+    way = children.launch_for(plan, process, here.config) or here
+    metrics = way.run(plan, kept)
     return math.nan if metrics is None else objective_value(plan, metrics)
 
 

@@ -21,13 +21,12 @@ from hydra.core.hydra_config import HydraConfig
 from experiments import families, loggers
 from experiments.errors import RunStopped
 from experiments.launchers import slurm
-from experiments.launchers.command import resume_command, user_command
 from experiments.role import Kind, Role
 from experiments.run import failures
 from experiments.run.channel import to_owner
 from experiments.run.checkpoint import CheckpointError
 from experiments.run.early_stopping import Pruned
-from experiments.run.record import RecordFiles, RunRecorder, no_space
+from experiments.run.record import RunRecorder, no_space
 from experiments.run.summary import finish_failed, finish_no_space, start_summary, write_plan
 
 log = logging.getLogger("experiments.train")
@@ -38,49 +37,53 @@ class Ended(SystemExit):
     that cannot load, the node's preflight): its line says why; no resume command follows."""
 
 
-def train_here(
-    plan: Any, role: Role, previous: dict[str, Any] | None, cwd: str, config: dict[str, Any]
-) -> dict[str, Any] | None:
-    """Train `plan` in this process (`config`: the resolved config it was planned from); its
-    metrics, or None when a search's pruner stopped it."""
-    logger = config.get("logger") or {}  # (`logger=none`: an empty node)
-    family = families.for_engine(plan.engine)
-    recorder = _recorder(plan, role, previous, cwd)
-    recorder.start()
-    if role.kind is Kind.SLURM_TASK and config.get("preflight", True):
-        _node_checks(plan, recorder, config)
-    watchdog = failures.Watchdog(
-        plan.run_dir, role.rank, on_peer_failure=functools.partial(finish_failed, recorder)
-    )
-    if plan.dims.world_size > 1 and not role.watched_by_torch_elastic:
-        watchdog.start()  # a peer that dies stops this rank too (run/failures.py)
-    try:
+class TrainHere:
+    """How a process whose role is to train runs its plan (the other way: launchers/children's
+    Launch). `config`: the resolved config the plan was made from; `commands`: the user's
+    command and the one that continues the run (launchers/command.py)."""
+
+    def __init__(
+        self, role: Role, cwd: str, config: dict[str, Any], commands: tuple[str, str]
+    ) -> None:
+        self.role = role
+        self.cwd = cwd
+        self.config = config
+        self.commands = commands
+        self.logger = config.get("logger") or {}  # (`logger=none`: an empty node)
+
+    def run(self, plan: Any, previous: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Train `plan` here: its metrics, or None when a search's pruner stopped it."""
+        role = self.role
+        files = to_owner(plan.run_dir) if role.kind is Kind.TORCHRUN_RANK else None
+        summary = start_summary(plan, self.cwd, previous, slurm.job_record(role), self.commands)
+        recorder = RunRecorder(plan.run_dir, summary, enabled=role.records, files=files)
+        recorder.start()
+        if role.kind is Kind.SLURM_TASK and self.config.get("preflight", True):
+            _node_checks(plan, recorder, self.config)
+        watchdog = failures.Watchdog(
+            plan.run_dir, role.rank, on_peer_failure=functools.partial(finish_failed, recorder)
+        )
+        if plan.dims.world_size > 1 and not role.watched_by_torch_elastic:
+            watchdog.start()  # a peer that dies stops this rank too (run/failures.py)
+        family = families.for_engine(plan.engine)
         try:
-            if recorder.enabled and logger:
-                info = loggers.run_info(plan, config)
-                recorder.loggers = loggers.open_loggers(logger, info)
-                recorder.artifact(write_plan(plan))
-            metrics = family.engine(plan.engine).train(plan, recorder)
-        finally:
-            watchdog.stop()  # however the engine ended
-    except BaseException as error:
-        return _ended(plan, role, recorder, error)
-    for path in family.artifacts(plan.run_dir, metrics):
-        recorder.artifact(path)
-    recorder.finish("completed", metrics=metrics)
-    if recorder.enabled and family.completed_lines is not None:
-        where = loggers.where_to_look(plan.run_dir, logger)
-        print(family.completed_lines(plan, recorder.summary) + where)
-    return metrics
-
-
-def _recorder(plan: Any, role: Role, previous: dict[str, Any] | None, cwd: str) -> RunRecorder:
-    """This rank's recorder: the owner's writes the record's files; rank 0 of torchrun's
-    ranks hands them to the owner."""
-    files = to_owner(plan.run_dir) if role.kind is Kind.TORCHRUN_RANK else RecordFiles(plan.run_dir)
-    commands = (user_command(), resume_command(role, plan.run_dir))
-    summary = start_summary(plan, cwd, previous, slurm.job_record(role), commands)
-    return RunRecorder(plan.run_dir, summary, enabled=role.records, files=files)
+            try:
+                if recorder.enabled and self.logger:
+                    info = loggers.run_info(plan, self.config)
+                    recorder.loggers = loggers.open_loggers(self.logger, info)
+                    recorder.artifact(write_plan(plan))
+                metrics = family.engine(plan.engine).train(plan, recorder)
+            finally:
+                watchdog.stop()  # however the engine ended
+        except BaseException as error:
+            return _ended(plan, role, recorder, error)
+        for path in family.artifacts(plan.run_dir, metrics):
+            recorder.artifact(path)
+        recorder.finish("completed", metrics=metrics)
+        if recorder.enabled and family.completed_lines is not None:
+            where = loggers.where_to_look(plan.run_dir, self.logger)
+            print(family.completed_lines(plan, recorder.summary) + where)
+        return metrics
 
 
 def _node_checks(plan: Any, recorder: RunRecorder, config: dict[str, Any]) -> None:

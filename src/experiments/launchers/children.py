@@ -28,47 +28,67 @@ from experiments.run.summary import record_failure
 log = logging.getLogger("experiments.train")
 
 
-def child_command(plan: Any, role: Role) -> tuple[Kind, list[str]] | None:
-    """The command that runs this plan in child processes, and what they are; None when it
-    runs here (a single local run, a rank, a sweep's point, a Slurm task)."""
+def launch_for(plan: Any, role: Role, config: dict[str, Any]) -> Launch | None:
+    """How this process runs the plan when its role is to start others: torchrun's ranks
+    (the run's owner, launcher=torchrun) or a local sweep's point (the sweep's login); None
+    when it trains the plan itself (training.py)."""
     launcher = plan.choices.get("launcher")
     if role.kind is Kind.RUN and launcher == "torchrun":
         command = [sys.executable, "-m", "torch.distributed.run", *plan.launch_command[1:]]
-        return Kind.TORCHRUN_RANK, command
+        return Launch(Kind.TORCHRUN_RANK, command)
     if role.kind is Kind.SWEEP_LOGIN and launcher == "local":
         from experiments.launchers import local
 
         command = local.child_command(user_overrides(plan.overrides), str(plan.run_dir))
-        return Kind.SWEEP_POINT, command
+        warm = bool((config.get("launcher") or {}).get("warm_points", False))
+        return Launch(Kind.SWEEP_POINT, command, warm)
     return None
 
 
-def launch(
-    plan: Any, kind: Kind, command: list[str], warm_points: bool = False
-) -> dict[str, Any] | None:
-    """Start the children and wait: the run's metrics as recorded, None when it stopped
-    after a checkpoint (the same command resumes it), or the error the launch ended with. A
-    local sweep's point runs in a fork of the sweep's warm process (launchers/warm_points.py)."""
-    env = {**os.environ, **child_environment(kind), COMMAND_ENV: user_command()}
-    server = None
-    if kind is Kind.TORCHRUN_RANK:
-        from experiments.launchers import torchrun
+class Launch:
+    """Children that run the plan: `kind`, started by `command`; a local sweep's point in a
+    fork of the sweep's warm process when `warm` (launchers/warm_points.py)."""
 
-        env.update(torchrun.ENVIRONMENT)
-        env.update(lock.child_env(plan.run_dir))  # the key of the channel they report through
-        server = _serve_the_record(plan)
-    log.info("launching: %s", shlex.join(plan.launch_command))
-    failures.clear(plan.run_dir)  # an earlier launch's failed ranks are not this one's
-    try:
-        returncode = _run(plan, kind, command, env, warm_points)
-    finally:
-        if server is not None:
-            server.close()
-    if server is not None and server.summary is not None:
-        summary = server.summary  # what its ranks reported, as written
-    else:
-        summary = read_summary(plan.run_dir) or {}
-    return _outcome(plan, kind, returncode, summary, records=server is not None)
+    def __init__(self, kind: Kind, command: list[str], warm: bool = False) -> None:
+        self.kind = kind
+        self.command = command
+        self.warm = warm
+
+    def run(self, plan: Any, previous: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Start the children and wait: the run's metrics as recorded, None when it stopped
+        after a checkpoint (the same command resumes it), or the error the launch ended with
+        (`previous`: the record before the launch, which the children read themselves)."""
+        env = {**os.environ, **child_environment(self.kind), COMMAND_ENV: user_command()}
+        server = None
+        if self.kind is Kind.TORCHRUN_RANK:
+            from experiments.launchers import torchrun
+
+            env.update(torchrun.ENVIRONMENT)
+            env.update(lock.child_env(plan.run_dir))  # the key of the channel they report to
+            server = _serve_the_record(plan)
+        log.info("launching: %s", shlex.join(plan.launch_command))
+        failures.clear(plan.run_dir)  # an earlier launch's failed ranks are not this one's
+        try:
+            returncode = self._start(plan, env)
+        finally:
+            if server is not None:
+                server.close()
+        if server is not None and server.summary is not None:
+            summary = server.summary  # what its ranks reported, as written
+        else:
+            summary = read_summary(plan.run_dir) or {}
+        return _outcome(plan, self.kind, returncode, summary, records=server is not None)
+
+    def _start(self, plan: Any, env: dict[str, str]) -> int:
+        from experiments.launchers import warm_points
+
+        if self.warm and warm_points.available():
+            argv = ["experiments-train", *self.command[3:]]
+            returncode = warm_points.run_point(plan.engine, argv, env, os.getcwd())
+            if returncode is not None:
+                return returncode
+        # cold: torchrun, warm points off, or no warm server
+        return subprocess.run(self.command, env=env, check=False).returncode
 
 
 def _serve_the_record(plan: Any) -> RecordServer | None:
@@ -83,18 +103,6 @@ def _serve_the_record(plan: Any) -> RecordServer | None:
     server = RecordServer(RecordFiles(plan.run_dir), held.token, "0.0.0.0" if nodes else None)
     lock.publish(plan.run_dir, **{ADDRESS: server.address})
     return server
-
-
-def _run(plan: Any, kind: Kind, command: list[str], env: dict[str, str], warm: bool) -> int:
-    from experiments.launchers import warm_points
-
-    if kind is Kind.SWEEP_POINT and warm and warm_points.available():
-        argv = ["experiments-train", *command[3:]]
-        returncode = warm_points.run_point(plan.engine, argv, env, os.getcwd())
-        if returncode is not None:
-            return returncode
-    # cold: torchrun, warm points off, or no warm server
-    return subprocess.run(command, env=env, check=False).returncode
 
 
 def _outcome(
