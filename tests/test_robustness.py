@@ -324,9 +324,9 @@ def test_second_run_is_refused_and_a_sigkilled_holder_leaves_no_stale_lock(tmp_p
 
 @pytest.mark.dist
 def test_torchrun_ranks_share_their_lock_and_refuse_a_second_run(tmp_path: Path) -> None:
-    """A 2-rank torchrun run: its login and both ranks hold the directory together; a
-    second (local) run of it is refused naming the login; the torchrun run, let go on,
-    completes with every step logged once."""
+    """A 2-rank torchrun run: its owner, the launching process, holds the directory (its ranks
+    report the record to it); a second (local) run of it is refused naming the owner; the
+    torchrun run, let go on, completes with every step logged once."""
     run_dir = tmp_path / "run"
     args = [*TINY, "trainer.max_steps=2", f"hydra.run.dir={run_dir}"]
     args += ["launcher=torchrun", "launcher.nproc_per_node=2", "topology=ddp"]

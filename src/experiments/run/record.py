@@ -1,12 +1,15 @@
 """The run directory's record: summary.json, metrics.jsonl and steps.jsonl, and every record
 handed on to the selected loggers (TensorBoard events, CSV, MLflow, W&B: loggers/).
 
-Only rank 0 writes. summary.json is replaced atomically (write, fsync, rename), so a reader
-or a crash never sees half of it. A write that fails for lack of space (a full disk, a quota)
-leaves the previous file as it was (an append is cut back to where it started) and raises
-NoSpaceError: one line naming the path and the bytes it needed, which train.py prints as the
-run's failure. `read_records` is the one reader of a run directory's records for the report
-(and the status command): a truncated or invalid file is that run's problem, never a crash.
+The record has one writer, the run's owner (role.py): `RecordFiles`, in its own process or
+behind the channel torchrun's rank 0 reports through (run/channel.py). Every file of ours is
+written by `atomically` (write, fsync, rename: a reader or a crash never sees half of it);
+a log line is appended whole or not at all. A write that fails for lack of space (a full
+disk, a quota) leaves the previous file as it was (an append is cut back to where it
+started) and raises NoSpaceError: one line naming the path and the bytes it needed, which
+the run prints as its failure. `read_records` is the one reader of a run directory's
+records for the report (and the status command): a truncated or invalid file is that run's
+problem, never a crash.
 """
 
 from __future__ import annotations
