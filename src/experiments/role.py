@@ -2,9 +2,10 @@
 
 A run directory has one owner, the process that takes its lock and writes its record
 (summary.json, metrics.jsonl, steps.jsonl): a single run's own process (it trains, or it
-launches torchrun's ranks), a local sweep's point, or rank 0 of a Slurm job. The other
-processes report to it (torchrun's rank 0 sends the record over the owner's channel:
-run/channel.py) or are watched by torch elastic and Slurm.
+launches torchrun's ranks), a local sweep's point, or rank 0 of a Slurm job (and a sweep's
+login, for a point whose torchrun ranks it launches, while they run). The other processes
+report to it (torchrun's rank 0 sends the record over the owner's channel: run/channel.py)
+or are watched by torch elastic and Slurm.
 
 The environment that says so is set by whoever started the process: our launching process
 for the children it starts (`ROLE_ENV`), torchrun for its ranks, submitit for a Slurm task;

@@ -49,9 +49,9 @@ def app(cfg: DictConfig) -> float | None:
     process = role.of_process(hydra_cfg.mode)
     launchers.prepare_process(process)  # a Slurm task's ranks; a local sweep point's Ctrl-C
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    planned = False
+    planned = held = False
     try:
-        _before_writing(process, hydra_cfg, run_dir)
+        held = _before_writing(process, hydra_cfg, run_dir, cfg.launcher.name)
         plan = _plan_of(cfg, hydra_cfg)
         planned = True  # from here on, run() records a rank's failure itself
         value = run(plan, process, hydra_cfg.runtime.cwd, OmegaConf.to_container(cfg, resolve=True))
@@ -60,24 +60,32 @@ def app(cfg: DictConfig) -> float | None:
         return value
     except Exception as error:
         return _failed(process, hydra_cfg, error, planned)
+    finally:
+        if held:  # the point's ranks have ended: the next launch may take it
+            lock.release(run_dir)
 
 
-def _before_writing(process: Role, hydra_cfg: Any, run_dir: Path) -> None:
-    """One writer per run directory (run/lock.py). A run's own process and a local sweep's
-    point took it before Hydra made the directory (callbacks.on_run_start); a sweep's login
-    leaves its point's to the point's process, and refuses one another run holds, having
-    written nothing; a Slurm job's rank 0 takes its run's (back, when the job was requeued),
-    and its other tasks refuse what another run holds as it is refused."""
+def _before_writing(process: Role, hydra_cfg: Any, run_dir: Path, launcher: str) -> bool:
+    """One writer per run directory (run/lock.py); whether this process took it here. A run's
+    own process and a local sweep's point took it before Hydra made the directory
+    (callbacks.on_run_start). A sweep's login owns a point it launches torchrun's ranks for,
+    for as long as they run; a point of its own process takes its directory itself, so the
+    login only refuses one another run holds, having written nothing. A Slurm job's rank 0
+    takes its run's (back, when the job was requeued); its other tasks refuse what another run
+    holds, as rank 0 is refused."""
+    launches_ranks = process.kind is Kind.SWEEP_LOGIN and launcher == "torchrun"
     if process.kind is Kind.SWEEP_LOGIN:
         _between_points(hydra_cfg)  # Ctrl-C between points: start no other one
-        lock.refuse_if_held(run_dir)
-    elif process.kind is Kind.SLURM_TASK and process.owner:
+    if launches_ranks or (process.kind is Kind.SLURM_TASK and process.owner):
         lock.hold(run_dir)
+    elif process.kind is Kind.SWEEP_LOGIN:
+        lock.refuse_if_held(run_dir)
     elif process.kind is Kind.SLURM_TASK:
         lock.refuse_if_held(run_dir, ours=process.attempt)
     else:
-        return
+        return False
     lock.check_readable(run_dir)  # a newer version's: refused
+    return launches_ranks
 
 
 def _between_points(hydra_cfg: Any) -> None:

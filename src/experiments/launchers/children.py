@@ -30,10 +30,11 @@ log = logging.getLogger("experiments.train")
 
 def launch_for(plan: Any, role: Role, config: dict[str, Any]) -> Launch | None:
     """How this process runs the plan when its role is to start others: torchrun's ranks
-    (the run's owner, launcher=torchrun) or a local sweep's point (the sweep's login); None
-    when it trains the plan itself (training.py)."""
+    (launched by the run's own process, or by a sweep's login for each point: the owner of
+    that run while they run), or a local sweep's point (the sweep's login); None when it
+    trains the plan itself (training.py)."""
     launcher = plan.choices.get("launcher")
-    if role.kind is Kind.RUN and launcher == "torchrun":
+    if role.kind in (Kind.RUN, Kind.SWEEP_LOGIN) and launcher == "torchrun":
         command = [sys.executable, "-m", "torch.distributed.run", *plan.launch_command[1:]]
         return Launch(Kind.TORCHRUN_RANK, command)
     if role.kind is Kind.SWEEP_LOGIN and launcher == "local":
