@@ -54,8 +54,9 @@ class TrainHere:
     def run(self, plan: Any, previous: dict[str, Any] | None) -> dict[str, Any] | None:
         """Train `plan` here: its metrics, or None when a search's pruner stopped it."""
         role = self.role
+        job = slurm.job_record(role)
         files = to_owner(plan.run_dir) if role.kind is Kind.TORCHRUN_RANK else None
-        summary = start_summary(plan, self.cwd, previous, slurm.job_record(role), self.commands)
+        summary = start_summary(plan, self.cwd, previous, job, self.commands)
         recorder = RunRecorder(plan.run_dir, summary, enabled=role.records, files=files)
         recorder.start()
         if role.kind is Kind.SLURM_TASK and self.config.get("preflight", True):
@@ -76,7 +77,7 @@ class TrainHere:
             finally:
                 watchdog.stop()  # however the engine ended
         except BaseException as error:
-            return _ended(plan, role, recorder, error)
+            return _ended(plan, role, recorder, error, rank_logs(plan.run_dir, role, job))
         for path in family.artifacts(plan.run_dir, metrics):
             recorder.artifact(path)
         recorder.finish("completed", metrics=metrics)
@@ -98,11 +99,13 @@ def _node_checks(plan: Any, recorder: RunRecorder, config: dict[str, Any]) -> No
         raise Ended(1)
 
 
-def _ended(plan: Any, role: Role, recorder: RunRecorder, error: BaseException) -> None:
+def _ended(
+    plan: Any, role: Role, recorder: RunRecorder, error: BaseException, logs: list[str]
+) -> None:
     """How the engine ended, recorded once: stopped by a signal after a checkpoint
     (interrupted), by a search's pruner, by a failed check of its own (one line), by Ctrl-C
-    before a checkpoint, or by an error (under the rank that caused it). Re-raises, but for a
-    pruned run (None)."""
+    before a checkpoint, or by an error (under the rank that caused it; `logs`: where its
+    traceback is). Re-raises, but for a pruned run (None)."""
     if isinstance(error, Pruned):  # a search's pruner stopped this trial (run/early_stopping)
         recorder.finish("pruned", metrics=error.metrics)
         print(f"Run pruned: {error}")
@@ -117,11 +120,13 @@ def _ended(plan: Any, role: Role, recorder: RunRecorder, error: BaseException) -
         print(f"error: {error}", file=sys.stderr)
         raise Ended(1) from None
     else:
-        _record_crash(plan, role, recorder, error)
+        _record_crash(plan, role, recorder, error, logs)
     raise error
 
 
-def _record_crash(plan: Any, role: Role, recorder: RunRecorder, error: BaseException) -> None:
+def _record_crash(
+    plan: Any, role: Role, recorder: RunRecorder, error: BaseException, logs: list[str]
+) -> None:
     """An exception out of the engine, recorded before it propagates: a full disk in one line
     (raised as exit 1 here); a rank's failure under the rank that caused it."""
     full = no_space(error)
@@ -131,18 +136,18 @@ def _record_crash(plan: Any, role: Role, recorder: RunRecorder, error: BaseExcep
     log.error("run failed:\n%s", traceback.format_exc())
     text = f"{type(error).__name__}: {error}"
     if plan.dims.world_size > 1 and role.attempt is not None:
-        own = failures.write(plan.run_dir, role.rank, text, rank_logs(plan.run_dir, role))
+        own = failures.write(plan.run_dir, role.rank, text, logs)
         if recorder.enabled:
             finish_failed(recorder, failures.wait_for_cause(plan.run_dir, own))
     else:
         recorder.finish("failed", error=text)
 
 
-def rank_logs(run_dir: Path, role: Role) -> list[str]:
+def rank_logs(run_dir: Path, role: Role, job: dict[str, Any] | None) -> list[str]:
     """Where a rank's traceback is: its own log in the run directory, and Slurm's stderr of
-    its task."""
+    its task (`job`: its Slurm job's record)."""
     logs = [str(run_dir / f"{role.log_name(HydraConfig.get().job.name)}.log")]
-    stderr = (slurm.job_record(role) or {}).get("stderr")
+    stderr = (job or {}).get("stderr")
     if stderr:
         logs.append(stderr)
     return logs
@@ -153,4 +158,4 @@ def report_failure(run_dir: Path, role: Role, error: BaseException) -> None:
     waiting for it in the rendezvous): its record, which their watchdogs read."""
     if role.attempt is not None:
         text = f"{type(error).__name__}: {error}"
-        failures.write(run_dir, role.rank, text, rank_logs(run_dir, role))
+        failures.write(run_dir, role.rank, text, rank_logs(run_dir, role, slurm.job_record(role)))
