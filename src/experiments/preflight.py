@@ -80,7 +80,9 @@ def write_token(plan: Any, values: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     counted = _count(values["data"])
     record = {"host": socket.gethostname(), "data": counted}
-    path.write_text(json.dumps(record), encoding="utf-8")
+    from experiments.run.record import write_json_atomic
+
+    write_json_atomic(path, record)
 
 
 def as_table(checks: list[Check]) -> str:

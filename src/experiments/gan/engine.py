@@ -31,7 +31,7 @@ from experiments.gan.checkpoints import latest_checkpoint
 from experiments.gan.quality import quality
 from experiments.gan.recipes import SAMPLES_DIRNAME
 from experiments.run import early_stopping
-from experiments.run.record import METRICS, RunRecorder, read_jsonl
+from experiments.run.record import METRICS, RunRecorder, atomically, read_jsonl
 from experiments.run.stop import GracefulStop
 
 log = logging.getLogger("experiments.gan")
@@ -256,7 +256,9 @@ def _record_start(
 ) -> None:
     """Rank 0's record of how the run starts, beside the composed recipe it trains."""
     how, checkpoint = start
-    cfg.dump(str(plan.run_dir / CONFIG_FILE))
+    recipe = plan.run_dir / CONFIG_FILE  # (mmcv's dump reads the format from the suffix)
+    with atomically(recipe, recipe.with_name(f".{recipe.stem}.tmp{recipe.suffix}")) as temporary:
+        cfg.dump(str(temporary))
     recorder.summary.update(start=how, start_checkpoint=str(checkpoint) if checkpoint else None)
     recorder.summary["ranks"] = placements  # where each rank ran
     recorder.summary["restarts"] = distributed_env.restarts(placements)

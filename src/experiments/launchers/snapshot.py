@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.run.record import git, read_json
+from experiments.run.record import git, read_json, write_bytes_atomic, write_json_atomic
 
 # The job's environment names its snapshot; the run records it in summary.json (job_record).
 ENV = "EXPERIMENTS_SNAPSHOT"
@@ -61,7 +61,7 @@ def _copy_project(root: Path, target: Path) -> dict[str, Any]:
     record["files"] = len(files)
     if dirty:
         diff = target.parent / "project.diff"
-        diff.write_text(_git(root, "diff", "HEAD"))
+        write_bytes_atomic(diff, _git(root, "diff", "HEAD").encode("utf-8"))
         record["diff"] = str(diff)
     return record
 
@@ -106,7 +106,7 @@ def take(sweep_dir: Path, cwd: Path | None = None) -> Path:
         record["pythonpath"] += _moved_entries(root, project)
         record["git_commit"] = record["project"]["git_commit"]
         record["dirty"] = record["project"]["dirty"]
-    (folder / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+    write_json_atomic(folder / RECORD, record)
     return folder
 
 

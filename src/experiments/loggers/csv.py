@@ -41,7 +41,10 @@ class CSVLogger(Logger):
                 reader = csv.DictReader(handle)
                 self.columns = list(reader.fieldnames or ["step"])
                 self.rows = list(reader)
-        with open(self.folder / "hparams.yaml", "w", encoding="utf-8") as handle:
+        with (
+            atomically(self.folder / "hparams.yaml", fsync=False) as temporary,
+            open(temporary, "w", encoding="utf-8") as handle,
+        ):
             yaml.safe_dump(self.info.params, handle, sort_keys=False)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
