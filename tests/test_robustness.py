@@ -26,9 +26,12 @@ from pathlib import Path
 import pytest
 
 from experiments.run import lock
+from experiments.run.channel import ADDRESS, RecordClient, RecordServer
 from experiments.run.record import (
     METRICS,
+    STEPS,
     NoSpaceError,
+    RecordFiles,
     RunRecorder,
     read_records,
     write_json_atomic,
@@ -319,6 +322,34 @@ def test_second_run_is_refused_and_a_sigkilled_holder_leaves_no_stale_lock(tmp_p
         assert lock.hold(run_dir).record["pid"] == os.getpid()
         assert time.monotonic() - started < lock.GRACE_S  # no waiting on a dead holder
     finally:
+        lock.release(run_dir)
+
+
+def test_a_rank_reporting_to_its_owner_meets_the_owners_full_disk_in_one_line(small_disk) -> None:
+    """torchrun's rank 0 writes the record through its owner (run/channel.py): each write is
+    answered once it is on disk, and one the owner's disk cannot take comes back to the rank
+    as NoSpaceError naming the file, as in a run of one process; the file is as it was."""
+    small_disk("1m")
+    run_dir = small_disk.path / "run"
+    held = lock.hold(run_dir)
+    server = RecordServer(RecordFiles(run_dir), held.token)
+    try:
+        lock.publish(run_dir, **{ADDRESS: server.address})
+        rank_0 = RunRecorder(run_dir, {"overrides": []}, files=RecordClient(run_dir, held.token))
+        rank_0.start()
+        rank_0.log_step({"step": 1, "loss": 2.5})
+        assert server.summary is not None and server.summary["status"] == "running"
+        assert read_jsonl(run_dir / STEPS) == [{"step": 1, "loss": 2.5}]
+        before = (run_dir / "summary.json").read_bytes()
+        with open(small_disk.path / "filler", "wb", buffering=0) as filler, pytest.raises(OSError):
+            while True:
+                filler.write(b"\0" * 4096)
+        with pytest.raises(NoSpaceError) as full:
+            rank_0.finish("completed", metrics={"pad": "x" * 20000})
+        assert str(run_dir / "summary.json") in str(full.value), full.value
+        assert (run_dir / "summary.json").read_bytes() == before
+    finally:
+        server.close()
         lock.release(run_dir)
 
 
