@@ -132,10 +132,9 @@ def describe(record: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _token(shared: str | None) -> str:
-    """This process's run: a Slurm job's attempt, a token shared by all nodes of one launch
-    (`shared`), else a fresh one (a run of its own)."""
-    slurm = role.of_process().slurm_job
+def _token(shared: str | None, slurm: tuple[str, int] | None) -> str:
+    """This process's run: a Slurm job's attempt (`slurm`: its job and requeue count), a token
+    shared by all nodes of one launch (`shared`), else a fresh one (a run of its own)."""
     if slurm is not None:
         return f"slurm:{slurm[0]}:{slurm[1]}"
     if shared:
@@ -143,8 +142,7 @@ def _token(shared: str | None) -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def _record(token: str) -> dict[str, Any]:
-    slurm = role.of_process().slurm_job
+def _record(token: str, slurm: tuple[str, int] | None) -> dict[str, Any]:
     return {
         "token": token,
         "host": distributed_env.node(),
@@ -182,13 +180,14 @@ def hold(directory: Path, name: str = RUN_LOCK, shared: str | None = None) -> He
     if str(path) in _held:
         return _held[str(path)]
     directory.mkdir(parents=True, exist_ok=True)
-    token = _token(shared)
+    slurm = role.of_process().slurm_job  # a Slurm task's run is its job's
+    token = _token(shared, slurm)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     started = time.monotonic()
     try:
         while True:
             if _try(fd, fcntl.LOCK_EX):
-                record, first = _record(token), True
+                record, first = _record(token, slurm), True
                 _write(fd, record)
                 fcntl.lockf(fd, fcntl.LOCK_SH)  # atomic downgrade: the run's others may join
                 break
