@@ -180,8 +180,8 @@ def _run(plan: Any, process: Role, here: training.TrainHere, line: str | None) -
 def _already_completed(plan: Any, previous: dict[str, Any]) -> Any:
     value = objective_value(plan, previous["metrics"])
     shown = f"{value:.4f}" if isinstance(value, float) else str(value)
-    print(f"Run already completed: {plan.run_dir} ({plan.objective}={shown}); resume=null "
-          "retrains it.")  # fmt: skip
+    done = f"Run already completed: {plan.run_dir} ({plan.objective}={shown})"
+    print(f"{done}; resume=null retrains it.")
     return value
 
 

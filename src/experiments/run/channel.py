@@ -73,9 +73,9 @@ class RecordServer:
             while True:
                 try:
                     call, arguments = connection.recv()
+                    connection.send(self._call(call, arguments))
                 except (EOFError, OSError):
                     return
-                connection.send(self._call(call, arguments))
 
     def _call(self, call: str, arguments: tuple[Any, ...]) -> tuple[str, Any]:
         if call not in CALLS:
