@@ -10,9 +10,7 @@ started for the owner (its rank 0 reports the record to the owner: run/channel.p
 from __future__ import annotations
 
 import functools
-import logging
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +21,10 @@ from experiments.errors import RunStopped
 from experiments.launchers import slurm
 from experiments.role import Kind, Role
 from experiments.run import failures
-from experiments.run.channel import to_owner
 from experiments.run.checkpoint import CheckpointError
 from experiments.run.early_stopping import Pruned
-from experiments.run.record import RunRecorder, no_space
-from experiments.run.summary import finish_failed, finish_no_space, start_summary, write_plan
-
-log = logging.getLogger("experiments.train")
+from experiments.run.record import RunRecorder
+from experiments.run.summary import finish_crashed, finish_failed, start_record, write_plan
 
 
 class Ended(SystemExit):
@@ -55,10 +50,7 @@ class TrainHere:
         """Train `plan` here: its metrics, or None when a search's pruner stopped it."""
         role = self.role
         job = slurm.job_record(role)
-        files = to_owner(plan.run_dir) if role.kind is Kind.TORCHRUN_RANK else None
-        summary = start_summary(plan, self.cwd, previous, job, self.commands)
-        recorder = RunRecorder(plan.run_dir, summary, enabled=role.records, files=files)
-        recorder.start()
+        recorder = start_record(plan, role, self.cwd, previous, job, self.commands)
         if role.kind is Kind.SLURM_TASK and self.config.get("preflight", True):
             _node_checks(plan, recorder, self.config)
         watchdog = failures.Watchdog(
@@ -120,27 +112,10 @@ def _ended(
         print(f"error: {error}", file=sys.stderr)
         raise Ended(1) from None
     else:
-        _record_crash(plan, role, recorder, error, logs)
+        launch = role.attempt if plan.dims.world_size > 1 else None
+        if finish_crashed(recorder, error, role.rank, launch, logs):  # a full disk: one line
+            raise SystemExit(1) from None
     raise error
-
-
-def _record_crash(
-    plan: Any, role: Role, recorder: RunRecorder, error: BaseException, logs: list[str]
-) -> None:
-    """An exception out of the engine, recorded before it propagates: a full disk in one line
-    (raised as exit 1 here); a rank's failure under the rank that caused it."""
-    full = no_space(error)
-    if full is not None and plan.dims.world_size == 1:
-        finish_no_space(recorder, full)
-        raise SystemExit(1) from None
-    log.error("run failed:\n%s", traceback.format_exc())
-    text = f"{type(error).__name__}: {error}"
-    if plan.dims.world_size > 1 and role.attempt is not None:
-        own = failures.write(plan.run_dir, role.rank, text, logs)
-        if recorder.enabled:
-            finish_failed(recorder, failures.wait_for_cause(plan.run_dir, own))
-    else:
-        recorder.finish("failed", error=text)
 
 
 def rank_logs(run_dir: Path, role: Role, job: dict[str, Any] | None) -> list[str]:

@@ -6,21 +6,27 @@ them (launchers/command.py)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
-from experiments.run import failures
+from experiments.role import Kind, Role
+from experiments.run import channel, failures
 from experiments.run.record import (
     NoSpaceError,
     RunRecorder,
     git_commit,
+    no_space,
     read_summary,
     versions,
     write_json_atomic,
 )
+
+log = logging.getLogger("experiments.train")
 
 
 def record_extensions(plan: Any) -> dict[str, Any] | None:
@@ -55,6 +61,24 @@ PLAN_FIELDS = (
     "run_dir",
     "neuron",
 )
+
+
+def start_record(
+    plan: Any,
+    role: Role,
+    cwd: str,
+    previous: dict[str, Any] | None,
+    slurm: dict[str, Any] | None,
+    commands: tuple[str, str],
+) -> RunRecorder:
+    """This rank's recorder as the run starts, its summary written (`start_summary`): it
+    records on the rank whose record reaches the run directory (`role.records`), which
+    writes it itself, or as one of torchrun's ranks through its owner's channel."""
+    files = channel.to_owner(plan.run_dir) if role.kind is Kind.TORCHRUN_RANK else None
+    summary = start_summary(plan, cwd, previous, slurm, commands)
+    recorder = RunRecorder(plan.run_dir, summary, enabled=role.records, files=files)
+    recorder.start()
+    return recorder
 
 
 def start_summary(
@@ -127,3 +151,25 @@ def _free(recorder: RunRecorder) -> str:
 def finish_failed(recorder: RunRecorder, cause: dict[str, Any]) -> None:
     """Rank 0 records a multi-rank run's failure under the rank that caused it."""
     recorder.finish("failed", **failures.summary_fields(cause))
+
+
+def finish_crashed(
+    recorder: RunRecorder, error: BaseException, rank: int, attempt: str | None, logs: list[str]
+) -> bool:
+    """An exception out of the engine, recorded before it propagates: a full disk of a run of
+    one process in one line (True: the caller exits 1 without a traceback); else the failure
+    under the rank that caused it. `attempt`: the multi-rank launch this rank is part of
+    (None for one process), where each failing rank reports its error and `logs`."""
+    full = no_space(error)
+    if full is not None and attempt is None:
+        finish_no_space(recorder, full)
+        return True
+    log.error("run failed:\n%s", traceback.format_exc())
+    text = f"{type(error).__name__}: {error}"
+    if attempt is not None:
+        own = failures.write(recorder.run_dir, rank, text, logs)
+        if recorder.enabled:
+            finish_failed(recorder, failures.wait_for_cause(recorder.run_dir, own))
+    else:
+        recorder.finish("failed", error=text)
+    return False
