@@ -29,7 +29,7 @@ from experiments.composition import (
 )
 from experiments.errors import ConfigError
 from experiments.launchers import launch_notes, launcher_module
-from experiments.snn import classify_plan, neurons, schedule, spikes
+from experiments.snn import classify_plan, mixup, neurons, schedule, spikes
 from experiments.snn import trainer as snn_trainer
 from experiments.snn.family import OBJECTIVE
 from experiments.snn.models import capabilities, instantiate_model_config, parameter_count
@@ -41,7 +41,10 @@ TRAINER_FIELDS = ("epochs", "batch_size", "workers", "scheduler", "execution_mod
                   "max_steps", "checkpoint_interval")  # fmt: skip
 DIMS_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "pipeline_microbatches",
                "data_parallel")  # fmt: skip
-DERIVED = ("accumulation_steps", "derivation")  # batch keys of a derived batch (derive_batch)
+DERIVED = ("accumulation_steps", "derivation")
+LIBRARY_LOSS = TrainingConfig.__dataclass_fields__[
+    "loss_function"
+].default  # batch keys of a derived batch (derive_batch)
 
 
 @dataclass
@@ -117,6 +120,13 @@ class SNNPlan:
             **({"trainer_args": self.trainer_args} if self.trainer_args else {}),
         }
 
+    def mixup(self) -> str | None:
+        """Which mixup the loop runs, if any (snn/mixup.py); trainer=classify mixes in its own
+        collate."""
+        if self.engine != "spikingjelly":
+            return None
+        return mixup.describe(self.trainer, self.training_config.input_layout)
+
     def stop_bound(self) -> str:
         """What a stop loses on SpikingJelly's loop (engines/spikingjelly_loop.py)."""
         interval = self.training_config.checkpoint_interval
@@ -154,6 +164,7 @@ class SNNPlan:
             f"{plan['batch']['global']} global"
             + (f" ({plan['batch']['derivation']})" if "derivation" in plan["batch"] else ""),
             *([f"  schedule   {self.trainer['schedule']}"] if "schedule" in self.trainer else []),
+            *([f"  mixup      {mixing}"] if (mixing := self.mixup()) else []),
             f"  run dir    {self.run_dir}",
             f"  launcher   {plan['launcher']}; it would execute:",
         ]
@@ -374,6 +385,10 @@ def _training_config(
             optimizer=optimizer_name,
             optimizer_kwargs=optimizer_kwargs,
             scheduler_kwargs=trainer["scheduler_kwargs"] or {},
+            # trainer=classify has none of the loss keys (its Trainer's own label_smoothing)
+            loss_function=trainer.get("loss_function", LIBRARY_LOSS),
+            loss_kwargs=dict(trainer.get("loss_kwargs") or {}),
+            mixup_alpha=float(trainer.get("mixup_alpha", 0.0)),
             precision=PrecisionConfig(
                 mode=trainer["precision"], fp8_recipe=trainer.get("fp8_recipe", "auto")
             ),
