@@ -294,3 +294,26 @@ def test_the_loop_builds_timms_mixup_only_where_v2_mixup_falls_short() -> None:
     assert "in the loop's mixup place (beyond v2.MixUp: mixup_off_epoch=2)" in off.as_text()
     assert "beyond v2.MixUp: [N, T, C, H, W] frame batches" in frames.as_text()
     assert "mixup      SpikingJelly's v2.MixUp(alpha=0.5) on every batch" in plain.as_text()
+
+
+def test_timms_adamw_spares_biases_and_norm_weights_from_weight_decay() -> None:
+    """optimizer=adamw_timm: the split timm's create_optimizer makes for Spikformer (weight
+    decay on the conv and linear weights, none on biases and BatchNorm's 1-D weights), here
+    from the model's parameters alone as SpikingJelly's loop passes them; one AdamW step on
+    zero gradients shrinks only the decayed weights."""
+    from experiments.optimizer import AdamWNoDecayOn1D
+
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(2, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Flatten(), torch.nn.Linear(4, 3)
+    )
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = AdamWNoDecayOn1D(model.parameters(), lr=0.1, weight_decay=0.06)
+    assert [group["weight_decay"] for group in optimizer.param_groups] == [0.06, 0.0]
+    for parameter in model.parameters():
+        parameter.grad = torch.zeros_like(parameter)
+    optimizer.step()
+    for (name, parameter), old in zip(model.named_parameters(), before, strict=True):
+        decayed = not torch.equal(parameter, old)
+        assert decayed == (parameter.ndim > 1), name
+    plan = plan_for(["optimizer=adamw_timm"])
+    assert plan.training_config.optimizer == "experiments.optimizer.AdamWNoDecayOn1D"

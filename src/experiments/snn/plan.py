@@ -29,7 +29,7 @@ from experiments.composition import (
 )
 from experiments.errors import ConfigError
 from experiments.launchers import launch_notes, launcher_module
-from experiments.snn import classify_plan, mixup, neurons, schedule, spikes
+from experiments.snn import classify_plan, mixup, neurons, recipe_card, schedule, spikes
 from experiments.snn import trainer as snn_trainer
 from experiments.snn.family import OBJECTIVE
 from experiments.snn.models import capabilities, instantiate_model_config, parameter_count
@@ -74,6 +74,10 @@ class SNNPlan:
     trainer_args: list[str] = field(default_factory=list)
     # trainer.spikes checked: the spike and energy measurement at each evaluation (spikes.py)
     spikes: Any = None
+    # a paper's preset: its `paper` node and this run's recipe in the card's fields
+    # (recipe_card.py), printed side by side by the dry run
+    paper: dict[str, Any] | None = None
+    card: dict[str, Any] = field(default_factory=dict)
 
     objective: str = OBJECTIVE  # the metric a sweep optimises and a re-run reports
 
@@ -117,6 +121,7 @@ class SNNPlan:
             "neuron": self.neuron,
             **({"spikes": dataclasses.asdict(self.spikes)} if self.spikes is not None else {}),
             "library_config": config.as_dict(),
+            **({"recipe": {"paper": self.paper, "this_run": self.card}} if self.paper else {}),
             **({"trainer_args": self.trainer_args} if self.trainer_args else {}),
         }
 
@@ -177,6 +182,8 @@ class SNNPlan:
         if self.trainer_args:
             lines.append("  SpikingJelly train_classify.Trainer arguments (get_args_parser()):")
             lines += [f"    {argument}" for argument in self.trainer_args]
+        if self.paper is not None:
+            lines += recipe_card.as_text(self.paper, self.card)
         lines.append("  library config (SpikingJelly TrainingConfig.as_dict()):")
         lines += [
             f"    {line}" for line in json.dumps(plan["library_config"], indent=2).splitlines()
@@ -553,7 +560,7 @@ def build_snn_plan(
         run_dir,
         resume,
     )
-    return SNNPlan(
+    return _with_recipe_card(SNNPlan(
         choices=dict(choices),
         run_dir=run_dir,
         overrides=list(overrides),
@@ -575,4 +582,14 @@ def build_snn_plan(
             trainer, device=device, optimizer=optimizer_name, optimizer_kwargs=optimizer_kwargs,
             seed=values["seed"], run_dir=run_dir, model=model_name,
         ) if classic else [],
-    )  # fmt: skip
+    ), values, classic)  # fmt: skip
+
+
+def _with_recipe_card(plan: SNNPlan, values: dict[str, Any], classic: bool) -> SNNPlan:
+    """A paper's preset (its `paper` node): this run's recipe in the card's fields beside it
+    (recipe_card.py). The card reads SpikingJelly's TrainingConfig, which trainer=classify
+    only describes."""
+    paper = recipe_card.checked_paper(values.get("paper"))
+    if paper is not None and not classic:
+        plan.paper, plan.card = paper, recipe_card.ours(values, plan)
+    return plan
