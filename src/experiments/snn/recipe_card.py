@@ -61,6 +61,8 @@ ARCHITECTURES = {
     "SEWResNet34Config": ("SEW-ResNet", ("connection", "in_channels")),  # depth 34, its class
 }
 CROSS_ENTROPY = "torch.nn.functional.cross_entropy"
+_NEURONS: dict[str, dict[str, Any]] = {}  # _neuron's, by model config
+WIDEST = 34  # the paper's column; a longer value pushes this run's right
 NONE = "none"
 
 
@@ -275,7 +277,15 @@ def _loss(path: str, kwargs: dict[str, Any], trainer: dict[str, Any]) -> dict[st
 
 def _neuron(model_config: Any) -> dict[str, Any]:
     """The neuron most of the model's layers are, as its builder makes them (built on the
-    meta device: no memory, no initialisation)."""
+    meta device: no memory, no initialisation); once per config in a process (a sweep plans
+    every point before it launches them)."""
+    key = f"{type(model_config).__module__}.{type(model_config).__qualname__}:{model_config!r}"
+    if key not in _NEURONS:
+        _NEURONS[key] = _built_neuron(model_config)
+    return dict(_NEURONS[key])
+
+
+def _built_neuron(model_config: Any) -> dict[str, Any]:
     from spikingjelly.activation_based import neuron as neurons
 
     built = [m for m in _meta_model(model_config).modules() if isinstance(m, neurons.BaseNode)]
@@ -359,17 +369,18 @@ def rows(paper: dict[str, Any], card: dict[str, Any]) -> list[tuple[str, str, An
 
 
 def as_text(paper: dict[str, Any], card: dict[str, Any]) -> list[str]:
+    table = rows(paper, card)
+    width = min(WIDEST, max(len(_shown(row[2])) for row in table))
     lines = [
         f"  paper      {paper['title']}",
         f"  code       {paper['code']}",
         f"  top-1      {paper['top1']} ({paper['top1_source']})",
         "  recipe card (~ a deviation the preset lists, with its reason; ! one it does not):",
-        f"    {'':1} {'field':<30} {'paper':<26} {'this run':<26}",
+        f"      {'field':<30}  {'paper':<{width}}  this run",
     ]
-    for mark, field, theirs, mine, note in rows(paper, card):
-        lines.append(
-            f"    {mark} {field:<30} {_shown(theirs):<26} {_shown(mine):<26} {note}".rstrip()
-        )
+    for mark, field, theirs, mine, note in table:
+        shown = f"{_shown(theirs):<{width}}  {_shown(mine)}"
+        lines.append(f"    {mark} {field:<30}  {shown}" + (f"  ({note})" if note else ""))
     others = paper.get("other_deviations") or []
     if others:
         lines.append("  other deviations (not on the card):")
@@ -380,6 +391,8 @@ def as_text(paper: dict[str, Any], card: dict[str, Any]) -> list[str]:
 def _shown(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_shown(item) for item in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, float):
         return f"{value:g}"
     return str(value)
