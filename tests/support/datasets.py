@@ -34,7 +34,13 @@ CIFAR_FOLDERS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python
 
 # name -> (sensor height, width, classes, ships a train/test split, class folder names, file stem)
 EVENT_DATASETS = {
-    "dvs128_gesture": (128, 128, [str(label) for label in range(11)], True, "user{index:02d}_led_0"),
+    "dvs128_gesture": (
+        128,
+        128,
+        [str(label) for label in range(11)],
+        True,
+        "user{index:02d}_led_0",
+    ),
     "n_mnist": (34, 34, [str(label) for label in range(10)], True, "{index:05d}"),
     "cifar10_dvs": (
         128,
@@ -127,17 +133,20 @@ def write_events(
     per_class: int | None = None,
     test_per_class: int = 2,
     events: int = 96,
+    classes: int | None = None,
 ) -> Path:
     """SpikingJelly's `root/events_np/` of dataset `name`: `per_class` samples a class
     (DEFAULT_PER_CLASS), and `test_per_class` in test/ where the dataset ships a split,
     `events` events each, spread evenly in time (every time bin of a few frames holds events,
-    so split_by='time' works)."""
-    height, width, classes, ships_split, stem = EVENT_DATASETS[name]
+    so split_by='time' works). `classes`: only the first few class folders (SpikingJelly's
+    classes read any; the plan refuses a root without all of them)."""
+    height, width, names, ships_split, stem = EVENT_DATASETS[name]
+    classes_written = names[:classes] if classes else names
     count = DEFAULT_PER_CLASS[name] if per_class is None else per_class
     rng = np.random.default_rng(0)
     splits = {"train": count, "test": test_per_class} if ships_split else {"": count}
     for split, samples in splits.items():
-        for label, class_name in enumerate(classes):
+        for label, class_name in enumerate(classes_written):
             folder = root / "events_np" / split / class_name
             folder.mkdir(parents=True, exist_ok=True)
             for index in range(samples):

@@ -32,6 +32,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from experiments.errors import ConfigError
+from experiments.known_keys import nearest
 
 CROPS = ("random_crop", "random_resized_crop", "resize")
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
@@ -81,9 +82,8 @@ def parse(values: dict[str, Any] | None, key: str = "data.augment") -> Augment:
     names = [field.name for field in fields(Augment)]
     for name, value in values.items():
         if name not in names:
-            raise ConfigError(
-                f"{key}.{name}", value, f"not a key of {key}; valid keys: {', '.join(names)}"
-            )
+            hint = nearest(name, names, f"{key}.", "valid keys: ")
+            raise ConfigError(f"{key}.{name}", value, f"not a key of {key}; {hint}")
     augment = Augment(**values)
     _check(augment, key)
     try:

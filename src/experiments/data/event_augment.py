@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from experiments.errors import ConfigError
+from experiments.known_keys import nearest
 
 POLICIES = ("snn_augment_wide",)
 
@@ -45,9 +46,8 @@ def parse(values: dict[str, Any] | None, key: str = "data.augment") -> EventAugm
     names = [field.name for field in fields(EventAugment)]
     for name, value in values.items():
         if name not in names:
-            raise ConfigError(
-                f"{key}.{name}", value, f"not a key of {key}; valid keys: {', '.join(names)}"
-            )
+            hint = nearest(name, names, f"{key}.", "valid keys: ")
+            raise ConfigError(f"{key}.{name}", value, f"not a key of {key}; {hint}")
     augment = EventAugment(**values)
     if (
         isinstance(augment.hflip, bool)

@@ -264,7 +264,7 @@ if (
     _fail_plan_rank(_FAIL_PLAN_RANK)
 
 
-def _skip_cifar_md5() -> None:
+def _skip_cifar_md5() -> object:
     """tests/support/datasets.py's skip_cifar_md5, entered for the whole process (loaded by
     its path: this folder is the only one of the tests on the child's PYTHONPATH)."""
     import importlib.util
@@ -275,8 +275,11 @@ def _skip_cifar_md5() -> None:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.skip_cifar_md5().__enter__()
+    skipped = module.skip_cifar_md5()
+    skipped.__enter__()
+    return skipped
 
 
 if os.environ.get("EXPERIMENTS_TEST_SKIP_CIFAR_MD5") == "1":
-    _skip_cifar_md5()
+    # kept referenced: a context manager collected would run its exit and restore the checks
+    _CIFAR_MD5_SKIPPED = _skip_cifar_md5()
