@@ -243,6 +243,14 @@ def _check_model_against_data(
             "leave model.num_classes at ${data.num_classes}",
         )
     channels = data.get("channels")  # what each sample holds: 3 for images, 2 for event frames
+    if channels is not None and not hasattr(config, "in_channels") and channels != 3:
+        raise ConfigError(  # SpikingJelly's zoo factories build a 3-channel stem
+            "model",
+            name,
+            f"it takes 3-channel images (no in_channels key); data={data['name']} yields "
+            f"{channels}-channel samples: choose a model with in_channels, e.g. "
+            f"model=spikformer_tiny model.in_channels={channels}",
+        )
     if channels is not None and getattr(config, "in_channels", channels) != channels:
         raise ConfigError(
             "model.in_channels",
