@@ -388,6 +388,28 @@ def test_the_frame_cache_is_built_by_one_process_while_the_others_wait(tmp_path:
         assert len(_builder("dvs128_gesture")(root, 1)[1]) == 11
 
 
+def test_a_download_is_taken_by_one_process_while_the_others_wait(
+    tmp_path: Path, md5_skipped: None
+) -> None:
+    """data.download=true: torchvision's download (a no-op here: the files are there) runs
+    under the root's lock, so the ranks of a run never write one folder at once."""
+    import threading
+
+    from experiments.data.locks import held
+
+    root = write_cifar(tmp_path / "cifar")
+    built: list[int] = []
+    with held(root / ".cifar-10-batches-py.lock"):
+        worker = threading.Thread(
+            target=lambda: built.append(len(cifar.build_cifar10_datasets(root, download=True)[0]))
+        )
+        worker.start()
+        worker.join(timeout=2)
+        assert worker.is_alive() and not built  # waiting for the lock
+    worker.join(timeout=60)
+    assert built == [20]
+
+
 # ---------------------------------------------------------------- SpikingJelly's loop
 
 # spikformer_tiny takes in_channels (2 for event frames) and any multiple of 16 as its side.
