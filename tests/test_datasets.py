@@ -237,7 +237,7 @@ REFUSALS = [  # (id, overrides, root, the line after "error: invalid config: ")
     ("no events_np, would download", ["data=cifar10_dvs", "model.time_steps=4"], "no_events",
      "data.root='{root}': no events_np/ and {root}/download/ lacks airplane.zip (10 of 10 archives missing): SpikingJelly would download it from https://ndownloader.figshare.com/files/7712788 (a node without internet hangs); put the archives there, or set data.download=true"),
     ("root is events_np itself", GESTURE, "events_np_itself",
-     "data.root='{root}': no events_np/ and {root}/download/ lacks DvsGesture.tar.gz"),
+     "data.root='{root}': no events_np/ and {root}/download/ lacks DvsGesture.tar.gz … ({root} looks like an events_np/ folder: set data.root to the folder that holds it)"),
     ("half-built events_np", GESTURE, "events_building",
      "data.root='{root}': half-built events_np/ (events_np.building is left from an interrupted preparation): remove {root}/events_np and {root}/events_np.building"),
     ("half-built frame cache", GESTURE, "frames_building",
@@ -278,9 +278,24 @@ def test_a_broken_dataset_root_is_refused_before_launch_naming_the_layout(
     assert result.returncode == 2, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: invalid config: " + message.format(root=root)), lines[0]
+    assert _reads(lines[0], "error: invalid config: " + message.format(root=root)), lines[0]
     assert not run_dir.exists() and not (tmp_path / "outputs").exists()
     assert (sorted(root.rglob("*")) if root.exists() else None) == before
+
+
+def _reads(line: str, expected: str) -> bool:
+    """`line` starts with `expected`'s first piece and holds the others (split at " … ") in
+    order after it."""
+    first, *others = expected.split(" … ")
+    if not line.startswith(first):
+        return False
+    position = len(first)
+    for piece in others:
+        position = line.find(piece, position)
+        if position < 0:
+            return False
+        position += len(piece)
+    return True
 
 
 OPTION_REFUSALS = [  # (the data node's values, the refusal's start)
@@ -370,6 +385,8 @@ def test_the_frame_cache_is_built_by_one_process_while_the_others_wait(tmp_path:
     lock (a read-only root works)."""
     import threading
 
+    import spikingjelly.datasets  # noqa: F401  (imports warm: the builder starts at once)
+
     from experiments.data.locks import held
 
     root = write_events(tmp_path / "gesture", "dvs128_gesture", per_class=1, test_per_class=1)
@@ -380,7 +397,7 @@ def test_the_frame_cache_is_built_by_one_process_while_the_others_wait(tmp_path:
             target=lambda: built.append(len(_builder("dvs128_gesture")(root, 1)[0]))
         )
         worker.start()
-        worker.join(timeout=3)
+        worker.join(timeout=5)
         assert worker.is_alive() and not cache.exists()  # waiting for the lock
     worker.join(timeout=120)
     assert built == [11] and events.is_built(root, 1, "number")
@@ -398,13 +415,14 @@ def test_a_download_is_taken_by_one_process_while_the_others_wait(
     from experiments.data.locks import held
 
     root = write_cifar(tmp_path / "cifar")
+    cifar.build_cifar10_datasets(root)  # imports warm: a build takes milliseconds now
     built: list[int] = []
     with held(root / ".cifar-10-batches-py.lock"):
         worker = threading.Thread(
             target=lambda: built.append(len(cifar.build_cifar10_datasets(root, download=True)[0]))
         )
         worker.start()
-        worker.join(timeout=2)
+        worker.join(timeout=5)
         assert worker.is_alive() and not built  # waiting for the lock
     worker.join(timeout=60)
     assert built == [20]

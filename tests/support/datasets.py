@@ -168,9 +168,10 @@ def _write_sample(
     load_aedat_v3 int64 arrays; N-MNIST's and N-Caltech101's load_ATIS_bin uint32; CIFAR10-DVS
     big-endian uint32 times, uint32 x/y and int64 polarity (cifar10_dvs._load_origin_data)."""
     t = np.arange(events, dtype=np.int64) * 1000 + 17
-    # a class-dependent band of the sensor, so the classes differ in their frames
-    x = (rng.integers(0, width // 2, size=events) + label * 3) % width
-    y = rng.integers(0, height, size=events)
+    # an 8x8 patch whose place depends on the class, so the classes differ in their frames and
+    # pixels see several events (frames hold event counts, not 0/1)
+    x = (rng.integers(0, 8, size=events) + label * 3) % width
+    y = (rng.integers(0, 8, size=events) + label * 2) % height
     p = rng.integers(0, 2, size=events)
     if name == "dvs128_gesture":
         arrays = {"t": t, "x": x.astype(np.int64), "y": y.astype(np.int64), "p": p.astype(np.int64)}
