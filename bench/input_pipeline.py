@@ -69,7 +69,27 @@ def generate(data: dict[str, Any], folder: Path, images: int, samples: int, even
         return write_cifar(folder / name, name, train_per_class=images, test_per_class=1)
     if name in EVENT_OPTIONS:
         return write_events(folder / name, name, per_class=samples, events=events)
+    if name == "imagefolder":
+        return _jpeg_folder(folder / name, images)
     raise SystemExit(f"bench.input_pipeline: give data.root=... for data={name}")
+
+
+def _jpeg_folder(root: Path, per_class: int, classes: int = 10) -> Path:
+    """root/{train,val}/<class>/*.jpg: 500x375 JPEGs (ImageNet's typical size, quality 90) of
+    smooth random colour fields (noise would decode slower than photographs do)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, count in (("train", per_class), ("val", 2)):
+        for label in range(classes):
+            folder = root / split / f"class{label:02d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for index in range(count):
+                coarse = rng.integers(0, 256, size=(12, 16, 3), dtype=np.uint8)
+                image = Image.fromarray(coarse).resize((500, 375), Image.BICUBIC)
+                image.save(folder / f"{index}.jpg", quality=90)
+    return root
 
 
 @contextlib.contextmanager

@@ -172,6 +172,22 @@ def test_cifar_batches_are_read_by_torchvision_with_the_recipes_augmentation(
         assert paper[0][0].shape == (3, 32, 32)
 
 
+def test_randaugment_at_magnitude_10_posterizes_to_black_as_before_pillow_13() -> None:
+    """timm's PosterizeIncreasing keeps 0 bits at magnitude 10 (Spikformer's ImageNet
+    `rand-m9-mstd0.5-inc1` draws it): Pillow 13 raises there, which would end a run; the
+    pipeline gives the black image the papers' Pillow gave."""
+    from PIL import Image
+
+    from experiments.data import augment as augmentation
+
+    recipe = augmentation.parse(
+        {"auto_augment": "rand-m10-n1-p1.0-inc1", "auto_augment_ops": ["PosterizeIncreasing"]}
+    )
+    image = Image.new("RGB", (8, 8), (200, 100, 50))
+    transform = augmentation._auto_augment(recipe, 8)
+    assert transform(image).getextrema() == ((0, 0), (0, 0), (0, 0))
+
+
 def test_imagefolder_default_augmentation_is_spikingjellys_transforms(imagefolder: Path) -> None:
     """data=imagefolder's default recipe gives the tensors SpikingJelly's
     build_imagefolder_datasets gives: validation exactly, training under the same seed."""
@@ -426,6 +442,16 @@ def test_a_download_is_taken_by_one_process_while_the_others_wait(
         assert worker.is_alive() and not built  # waiting for the lock
     worker.join(timeout=60)
     assert built == [20]
+
+
+def test_a_rank_never_starts_spikingjellys_download_unasked(tmp_path: Path) -> None:
+    """The CIFAR10-DVS builder asks again in each rank (a Slurm node that does not see the
+    login's files): no events_np/ and no archives is refused, never downloaded."""
+    from experiments.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="SpikingJelly would download it from https://"):
+        events.build_cifar10_dvs_datasets(tmp_path, frames_number=2)
+    assert sorted(tmp_path.iterdir()) == []  # no events_np.building, no download/ made
 
 
 # ---------------------------------------------------------------- SpikingJelly's loop

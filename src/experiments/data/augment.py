@@ -20,7 +20,9 @@ because timm's factory takes neither an op list nor a padded crop. Spikformer pi
 0.5.4; what differs in 1.0.x for these recipes: 0.5.4 reads `inc0` as true (`bool('0')`),
 1.0 as false; 1.0 takes the op list as an argument where Spikformer copied the module to
 change it; with an explicit op list `inc` no longer picks the list (Spikformer's two lists are
-the same five ops, so its recipe is unchanged). Spikformer erases after normalizing on the GPU
+the same five ops, so its recipe is unchanged). Pillow 13 refuses the 0-bit posterize that
+timm's increasing ops reach at magnitude 10 (Spikformer's pins gave a black image): kept here
+(`_posterize_as_before`). Spikformer erases after normalizing on the GPU
 (timm's prefetcher); here it is the last step of the same pipeline, on the CPU worker: the
 same operation on the same values.
 """
@@ -261,11 +263,35 @@ def _auto_augment(augment: Augment, image_size: int) -> Callable[[Any], Any]:
     }
     if name.startswith("rand"):
         ops = list(augment.auto_augment_ops) if augment.auto_augment_ops else None
-        return rand_augment_transform(name, hparams, transforms=ops)
+        return _posterize_as_before(rand_augment_transform(name, hparams, transforms=ops))
     if name.startswith("augmix"):
         hparams["translate_pct"] = 0.3
-        return augment_and_mix_transform(name, hparams)
-    return auto_augment_transform(name, hparams)
+        return _posterize_as_before(augment_and_mix_transform(name, hparams))
+    return _posterize_as_before(auto_augment_transform(name, hparams))
+
+
+def _posterize_as_before(transform: Any) -> Any:
+    """timm's posterize ops with the image Pillow gave for 0 bits until it began to refuse 0
+    (Pillow 13 raises ValueError "bits must be between or equal to 1 and 8"): timm's
+    PosterizeIncreasing keeps 0 bits at magnitude 10, which `rand-m9-mstd0.5-inc1`
+    (Spikformer's ImageNet recipe) draws in ~2% of its samples, and a worker's ValueError
+    ends the run. 0 bits masks every value off: a black image."""
+    policy = getattr(transform, "policy", None)  # AutoAugment: sub-policies of ops
+    groups = policy if policy is not None else [getattr(transform, "ops", [])]
+    for ops in groups:
+        for op in ops:
+            if op.name.startswith("Posterize"):
+                op.aug_fn = _posterize
+    return transform
+
+
+def _posterize(image: Any, bits_to_keep: int, **kwargs: Any) -> Any:
+    from PIL import Image
+    from timm.data.auto_augment import posterize
+
+    if bits_to_keep <= 0:
+        return Image.new(image.mode, image.size)
+    return posterize(image, bits_to_keep, **kwargs)
 
 
 def describe(augment: Augment, image_size: int) -> dict[str, str]:

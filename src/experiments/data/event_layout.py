@@ -81,7 +81,7 @@ def check(data: dict[str, Any], spec: EventDataset) -> None:
         _check_raw_layout(root, spec, expected)
         _check_split(data, root, spec)
     else:
-        _check_preparation(data, root, spec, expected)
+        check_preparation(root, spec, bool(data.get("download")))
     _check_cache(data, root, spec, expected)
 
 
@@ -137,18 +137,21 @@ def _check_split(data: dict[str, Any], root: Path, spec: EventDataset) -> None:
         )
 
 
-def _check_preparation(data: dict[str, Any], root: Path, spec: EventDataset, expected: str) -> None:
+def check_preparation(root: Path, spec: EventDataset, download: bool) -> None:
     """No events_np/: SpikingJelly would prepare it from root/download/ (every archive it
-    lists), downloading what is missing when the dataset allows it."""
+    lists), downloading what is missing when the dataset allows it; refused unless `download`
+    lets it. The plan asks before launch; the CIFAR10-DVS builder asks again in each rank (a
+    node that does not see the login's files must not start a download either)."""
+    expected = f"expected {root}/{spec.layout()}"
     dataset_class = spec.dataset_class()
-    download = root / "download"
+    archives = root / "download"
     missing = [
         (name, url)
         for name, url, _ in dataset_class.resource_url_md5()
-        if not (download / name).is_file()
+        if not (archives / name).is_file()
     ]
     hint = _misplaced(root, spec)
-    if missing and not (dataset_class.downloadable() and data.get("download")):
+    if missing and not (dataset_class.downloadable() and download):
         name, url = missing[0]
         if dataset_class.downloadable():
             action = (
@@ -156,11 +159,11 @@ def _check_preparation(data: dict[str, Any], root: Path, spec: EventDataset, exp
                 "put the archives there, or set data.download=true to let it download"
             )
         else:
-            action = f"SpikingJelly cannot download it: fetch {name} from {url} into {download}/"
+            action = f"SpikingJelly cannot download it: fetch {name} from {url} into {archives}/"
         raise ConfigError(
             "data.root",
             str(root),
-            f"no {RAW}/ and {download}/ lacks {name} "
+            f"no {RAW}/ and {archives}/ lacks {name} "
             f"({len(missing)} of {len(dataset_class.resource_url_md5())} archives missing): "
             f"{action}; {expected}{hint}",
         )
@@ -169,7 +172,7 @@ def _check_preparation(data: dict[str, Any], root: Path, spec: EventDataset, exp
             "data.root",
             str(root),
             f"no {RAW}/ yet and the folder is not writable: SpikingJelly prepares {RAW}/ in it "
-            f"from {download}/; {expected}",
+            f"from {archives}/; {expected}",
         )
 
 

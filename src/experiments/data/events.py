@@ -112,7 +112,10 @@ def build_cifar10_dvs_datasets(
     augment: dict[str, Any] | None = None,
 ) -> tuple[Dataset, Dataset]:
     """`download`: let SpikingJelly download CIFAR10-DVS (figshare) when `events_np/` and the
-    archives are missing; the plan refuses that case otherwise."""
+    archives are missing; otherwise that case is refused (before launch by the plan, and here
+    in each rank)."""
+    if not (Path(root) / RAW).is_dir():
+        event_layout.check_preparation(Path(root), CIFAR10_DVS, download)
     options = FrameOptions(frames_number, split_by, image_size, interpolation)
     split = Split(train_ratio, random_split, split_seed)
     return _per_class_split(CIFAR10_DVS, Path(root), options, split, augment)
