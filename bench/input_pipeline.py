@@ -68,7 +68,7 @@ def generate(data: dict[str, Any], folder: Path, images: int, samples: int, even
     if name in CIFAR_OPTIONS:
         return write_cifar(folder / name, name, train_per_class=images, test_per_class=1)
     if name in EVENT_OPTIONS:
-        return write_events(folder / name, name, per_class=samples, events=events)
+        return write_events(folder / name, name, per_class=samples, events=events, patch=None)
     if name == "imagefolder":
         return _jpeg_folder(folder / name, images)
     raise SystemExit(f"bench.input_pipeline: give data.root=... for data={name}")

@@ -134,12 +134,14 @@ def write_events(
     test_per_class: int = 2,
     events: int = 96,
     classes: int | None = None,
+    patch: int | None = 8,
 ) -> Path:
     """SpikingJelly's `root/events_np/` of dataset `name`: `per_class` samples a class
     (DEFAULT_PER_CLASS), and `test_per_class` in test/ where the dataset ships a split,
     `events` events each, spread evenly in time (every time bin of a few frames holds events,
     so split_by='time' works). `classes`: only the first few class folders (SpikingJelly's
-    classes read any; the plan refuses a root without all of them)."""
+    classes read any; the plan refuses a root without all of them). `patch`: the side of the
+    square the events fall in (None: the whole sensor, as a real recording; a benchmark)."""
     height, width, names, ships_split, stem = EVENT_DATASETS[name]
     classes_written = names[:classes] if classes else names
     count = DEFAULT_PER_CLASS[name] if per_class is None else per_class
@@ -151,7 +153,16 @@ def write_events(
             folder.mkdir(parents=True, exist_ok=True)
             for index in range(samples):
                 file_name = stem.format(index=index + 1, label=class_name) + ".npz"
-                _write_sample(folder / file_name, name, rng, height, width, events, label)
+                _write_sample(
+                    folder / file_name,
+                    name,
+                    rng,
+                    height=height,
+                    width=width,
+                    events=events,
+                    label=label,
+                    patch=patch,
+                )
     return root
 
 
@@ -159,19 +170,21 @@ def _write_sample(
     path: Path,
     name: str,
     rng: np.random.Generator,
+    *,
     height: int,
     width: int,
     events: int,
     label: int,
+    patch: int | None,
 ) -> None:
     """One sample's events with the dtypes SpikingJelly's readers give: DVS128 Gesture's
     load_aedat_v3 int64 arrays; N-MNIST's and N-Caltech101's load_ATIS_bin uint32; CIFAR10-DVS
     big-endian uint32 times, uint32 x/y and int64 polarity (cifar10_dvs._load_origin_data)."""
     t = np.arange(events, dtype=np.int64) * 1000 + 17
-    # an 8x8 patch whose place depends on the class, so the classes differ in their frames and
-    # pixels see several events (frames hold event counts, not 0/1)
-    x = (rng.integers(0, 8, size=events) + label * 3) % width
-    y = (rng.integers(0, 8, size=events) + label * 2) % height
+    # a patch whose place depends on the class, so the classes differ in their frames and pixels
+    # see several events (frames hold event counts, not 0/1)
+    x = (rng.integers(0, patch or width, size=events) + label * 3) % width
+    y = (rng.integers(0, patch or height, size=events) + label * 2) % height
     p = rng.integers(0, 2, size=events)
     if name == "dvs128_gesture":
         arrays = {"t": t, "x": x.astype(np.int64), "y": y.astype(np.int64), "p": p.astype(np.int64)}

@@ -34,7 +34,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from experiments.errors import ConfigError
-from experiments.known_keys import nearest
+from experiments.known_keys import refuse_unknown
 
 CROPS = ("random_crop", "random_resized_crop", "resize")
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
@@ -81,11 +81,7 @@ def parse(values: dict[str, Any] | None, key: str = "data.augment") -> Augment:
     auto_augment string) is refused here too, before launch."""
     if values is None:
         return Augment()
-    names = [field.name for field in fields(Augment)]
-    for name, value in values.items():
-        if name not in names:
-            hint = nearest(name, names, f"{key}.", "valid keys: ")
-            raise ConfigError(f"{key}.{name}", value, f"not a key of {key}; {hint}")
+    refuse_unknown(f"{key}.", values, frozenset(field.name for field in fields(Augment)), key)
     augment = Augment(**values)
     _check(augment, key)
     try:

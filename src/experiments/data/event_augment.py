@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from experiments.errors import ConfigError
-from experiments.known_keys import nearest
+from experiments.known_keys import refuse_unknown
 
 POLICIES = ("snn_augment_wide",)
 
@@ -43,11 +43,7 @@ def parse(values: dict[str, Any] | None, key: str = "data.augment") -> EventAugm
     """The event augment node, checked key by key; None when it does nothing."""
     if values is None:
         return None
-    names = [field.name for field in fields(EventAugment)]
-    for name, value in values.items():
-        if name not in names:
-            hint = nearest(name, names, f"{key}.", "valid keys: ")
-            raise ConfigError(f"{key}.{name}", value, f"not a key of {key}; {hint}")
+    refuse_unknown(f"{key}.", values, frozenset(field.name for field in fields(EventAugment)), key)
     augment = EventAugment(**values)
     if (
         isinstance(augment.hflip, bool)
