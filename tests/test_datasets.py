@@ -413,7 +413,7 @@ def test_the_frame_cache_is_built_by_one_process_while_the_others_wait(tmp_path:
             target=lambda: built.append(len(_builder("dvs128_gesture")(root, 1)[0]))
         )
         worker.start()
-        worker.join(timeout=5)
+        worker.join(timeout=2)
         assert worker.is_alive() and not cache.exists()  # waiting for the lock
     worker.join(timeout=120)
     assert built == [11] and events.is_built(root, 1, "number")
@@ -438,7 +438,7 @@ def test_a_download_is_taken_by_one_process_while_the_others_wait(
             target=lambda: built.append(len(cifar.build_cifar10_datasets(root, download=True)[0]))
         )
         worker.start()
-        worker.join(timeout=5)
+        worker.join(timeout=2)
         assert worker.is_alive() and not built  # waiting for the lock
     worker.join(timeout=60)
     assert built == [20]
