@@ -391,6 +391,40 @@ def test_the_model_and_topology_must_take_what_the_event_data_gives(
     ), result.stderr
 
 
+@pytest.mark.parametrize("root_name", ["missing", "frames_building"])
+def test_a_dry_run_refuses_a_broken_root_as_a_run_does(
+    root_name: str, broken: dict[str, Path], tmp_path: Path
+) -> None:
+    """The checks are the plan's, so `dry_run=true` refuses with the same line."""
+    (message,) = [case[3] for case in REFUSALS if case[2] == root_name and case[1] == GESTURE]
+    root = broken[root_name]
+    result = run_cli_in_process([*GESTURE, f"data.root={root}", "dry_run=true"], cwd=tmp_path)
+    assert result.returncode == 2, result.stdout[-1000:] + result.stderr[-2000:]
+    assert _reads(result.stderr.strip(), "error: invalid config: " + message.format(root=root))
+    assert not result.stdout and not (tmp_path / "outputs").exists()
+
+
+def test_spikformers_event_augmentation_moves_every_frame_of_a_sample_alike() -> None:
+    """Spikformer's CIFAR10-DVS augmentation (flip, then SNNAugmentWide) draws one transform a
+    sample and applies it to all T frames: a sample whose frames are equal stays so, its
+    shape and dtype kept; over draws it changes the frames (the ops are not all identity)."""
+    from experiments.data import event_augment
+
+    augment = event_augment.parse({"hflip": 0.5, "policy": "snn_augment_wide"})
+    assert augment is not None
+    frame = torch.zeros(2, 16, 16)
+    frame[:, 4:9, 3:7] = torch.arange(40, dtype=torch.float32).view(2, 5, 4)
+    sample = frame.expand(4, -1, -1, -1).contiguous()  # T=4 equal frames
+    torch.manual_seed(0)
+    changed = 0
+    for _ in range(40):
+        out = augment(sample)
+        assert out.shape == sample.shape and out.dtype == sample.dtype
+        assert all(torch.equal(out[t], out[0]) for t in range(4))
+        changed += not torch.equal(out, sample)
+    assert changed > 28  # 34 of 40 with this seed; the flip alone changes 24
+
+
 # ---------------------------------------------------------------- one writer of a frame cache
 
 
