@@ -121,12 +121,12 @@ def ours(values: dict[str, Any], plan: Any) -> dict[str, Any]:
         **_dataset(values["data"]),
         "time_steps": plan.model_config.time_steps,
         "global_batch": plan.global_batch,
-        "epochs": plan.trainer["epochs"],
+        "epochs": config.epochs,
         **_optimizer(config.optimizer, config.optimizer_kwargs),
         **_schedule(config.scheduler, config.scheduler_kwargs),
         **_augment(values["data"]),
-        **_mixup(plan.trainer),
-        **_loss(config.loss_function, config.loss_kwargs, plan.trainer),
+        **_mixup(config.mixup_alpha, plan.trainer),
+        **_loss(config.loss_function, config.loss_kwargs, config.mixup_alpha),
         **_neuron(plan.model_config),
         **_model(plan.model_config),
     }
@@ -252,9 +252,10 @@ def _augment(data: dict[str, Any]) -> dict[str, Any]:
     return card
 
 
-def _mixup(trainer: dict[str, Any]) -> dict[str, Any]:
-    card: dict[str, Any] = {"mixup.alpha": trainer.get("mixup_alpha", 0.0)}
-    if card["mixup.alpha"]:
+def _mixup(alpha: float, trainer: dict[str, Any]) -> dict[str, Any]:
+    """SpikingJelly's mixup_alpha, and the keys of timm's Mixup in its place (snn/mixup.py)."""
+    card: dict[str, Any] = {"mixup.alpha": alpha}
+    if alpha:
         off = trainer["mixup_off_epoch"]
         card.update(
             {
@@ -268,10 +269,10 @@ def _mixup(trainer: dict[str, Any]) -> dict[str, Any]:
     return card
 
 
-def _loss(path: str, kwargs: dict[str, Any], trainer: dict[str, Any]) -> dict[str, Any]:
+def _loss(path: str, kwargs: dict[str, Any], mixup_alpha: float) -> dict[str, Any]:
     name = path
     if path == CROSS_ENTROPY:  # on mixed targets: class probabilities (snn/mixup.py)
-        name = "soft-target cross-entropy" if trainer.get("mixup_alpha") else "cross-entropy"
+        name = "soft-target cross-entropy" if mixup_alpha else "cross-entropy"
     return {"loss.name": name, "loss.label_smoothing": kwargs.get("label_smoothing", 0.0)}
 
 
