@@ -10,13 +10,13 @@ import json
 import math
 from pathlib import Path
 
-import optuna
 import pytest
 
 from experiments.errors import ConfigError
 from experiments.snn import spikes
 
 from .conftest import plan_for, run_cli, run_cli_in_process
+from .support.studies import only_study
 
 pytestmark = pytest.mark.slow
 
@@ -217,9 +217,7 @@ def test_a_two_objective_search_over_accuracy_and_energy(tmp_path: Path) -> None
     ]
     result = run_cli([*search, f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    url = f"sqlite:///{sweep_dir / 'optuna.db'}"
-    (only,) = optuna.get_all_study_summaries(storage=url)
-    study = optuna.load_study(study_name=only.study_name, storage=url)
+    study = only_study(sweep_dir)
     assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
     for trial in study.trials:
         metrics = json.loads((sweep_dir / str(trial.number) / "summary.json").read_text())[

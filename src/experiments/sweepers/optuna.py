@@ -99,7 +99,6 @@ class ResumableOptunaSweeperImpl:
     def sweep(self, arguments: list[str]) -> None:
         assert self.config is not None and self.launcher is not None
         distributions, fixed = self._search_space(arguments)
-        self._warn_of_sqlite_on_slurm()
         self._hold_the_study()
         try:
             study = self._open_study(self.directions)
@@ -148,9 +147,7 @@ class ResumableOptunaSweeperImpl:
             f"done, {to_go} to go (sampler {type(self.sampler).__name__}, "
             f"directions {self.directions})"
         )
-        search_trial.write_spec(
-            Path(self.config.hydra.sweep.dir), self.storage, study.study_name, *self.pruning
-        )
+        self._write_spec(study)
         if to_go > 0 and self._on_slurm():
             self._keep_in_flight(study, distributions, fixed, to_go, n_objectives)
             to_go = 0
@@ -161,6 +158,12 @@ class ResumableOptunaSweeperImpl:
                 self._tell(study, trial, ret, n_objectives)
             to_go -= len(batch)
         self._save_results(study, n_objectives)
+
+    def _write_spec(self, study: optuna.Study) -> None:
+        """Where the study is, for the trials (a pruned search), the report and the
+        dashboard."""
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        search_trial.write_spec(sweep_dir, self.storage, study.study_name, *self.pruning)
 
     def _on_slurm(self) -> bool:
         from hydra_plugins.experiments_launchers.slurm import ExperimentsSlurmLauncher
@@ -379,20 +382,6 @@ class ResumableOptunaSweeperImpl:
                     raise
 
         study_storage.retrying(f"telling trial {number} {state.name}", tell, self.storage)
-
-    def _warn_of_sqlite_on_slurm(self) -> None:
-        if (
-            study_storage.kind(self.storage) == "sqlite"
-            and self.pruning[0] != "none"
-            and self._on_slurm()
-        ):
-            print(
-                f"warning: hydra.sweeper.storage={self.storage}: every pruned trial's Slurm job "
-                "writes this SQLite file from its node, and SQLite's locks are unreliable on a "
-                'shared (NFS) filesystem ("database is locked", or worse); the default '
-                "journal file (${hydra.sweep.dir}/optuna.journal) is safe there",
-                file=sys.stderr,
-            )
 
     def _save_results(self, study: optuna.Study, n_objectives: int) -> None:
         completed = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
