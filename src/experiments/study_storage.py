@@ -123,14 +123,13 @@ def retrying(
     what: str,
     call: Callable[[], T],
     storage: str | None,
-    attempts: int = ATTEMPTS,
-    first_wait_s: float = FIRST_WAIT_S,
 ) -> T:
-    """`call()`, tried again with backoff while the storage fails; StorageUnavailable (one
-    line: what was being done, the storage, the tries and the last error) once the tries are
-    used up. Errors of the call's own logic (a ValueError, a finished trial) pass at once."""
+    """`call()`, tried again with backoff while the storage fails (ATTEMPTS tries, waiting
+    FIRST_WAIT_S, then twice as long each time); StorageUnavailable (one line: what was being
+    done, the storage, the tries and the last error) once the tries are used up. Errors of
+    the call's own logic (a ValueError, a finished trial) pass at once."""
     errors = transient_errors()
-    wait = first_wait_s
+    attempts, wait = ATTEMPTS, FIRST_WAIT_S
     for attempt in range(1, attempts + 1):
         try:
             return call()

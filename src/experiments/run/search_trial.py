@@ -51,11 +51,16 @@ def pruner_class(name: str) -> Any:
 
 def build_pruner(name: str, kwargs: dict[str, Any]) -> Any:
     """The optuna pruner (NopPruner for none)."""
+    import warnings
+
     import optuna
 
     if name == "none":
         return optuna.pruners.NopPruner()
-    return pruner_class(name)(**kwargs)
+    with warnings.catch_warnings():
+        # chosen by name in the config: Optuna's "experimental" (WilcoxonPruner) is known
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return pruner_class(name)(**kwargs)
 
 
 def write_spec(
