@@ -104,14 +104,18 @@ def test_a_search_optuna_2_10_left_continues_in_a_journal(tmp_path: Path) -> Non
     """The search's own command again: its optuna.db is copied into optuna.journal (one line
     says so; the database is left as it was), every trial is there as 2.10 stored it, the
     trial the kill left running is failed as interrupted, and exactly one new trial runs, as
-    number 6, reporting to the journal."""
+    number 6, reporting to the journal: a tiny run's first val_accuracy (below 0.2) is below
+    the median of the 2.10 trials' first evaluations (0.3125), so the pruner, reading those,
+    stops it there."""
     sweep_dir = tmp_path / "sweep"
     shutil.copytree(FIXTURE / "sweep", sweep_dir)
     database = _digest(sweep_dir / "optuna.db")
     records = {n: (sweep_dir / str(n) / "summary.json").read_text() for n in range(6)}
     result = run_cli([*OLD_SEARCH, f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    # 1: the sweep's outcome counts the old search's failed point 3 (its report says so)
+    assert result.returncode == 1, result.stderr[-3000:]
     output = result.stdout + result.stderr
+    assert "FAILED point 3: RuntimeError: a stand-in for the run's crash" in result.stdout
     notice = (
         f"Migrated study 'digits_lr' (6 trials) from {sweep_dir / 'optuna.db'} (Optuna "
         f"2.10.1's SQLite) into {sweep_dir / 'optuna.journal'}; optuna.db is left as it was "
@@ -137,9 +141,11 @@ def test_a_search_optuna_2_10_left_continues_in_a_journal(tmp_path: Path) -> Non
     assert interrupted.intermediate_values == {1: 0.375}
     new = trials[6]
     record = json.loads((sweep_dir / "6" / "summary.json").read_text())
-    assert new.state == TrialState.COMPLETE and record["status"] == "completed"
-    assert new.value == pytest.approx(record["metrics"]["val_accuracy"])
-    assert sorted(new.intermediate_values) == [1, 2]  # it reported to the journal
+    assert new.state == TrialState.PRUNED and record["status"] == "pruned"
+    assert record["pruned"]["step"] == 1 and record["pruned"]["trial"] == 6
+    first = json.loads((sweep_dir / "6" / "metrics.jsonl").read_text().splitlines()[0])
+    assert new.intermediate_values == {1: pytest.approx(first["val_accuracy"])}  # the journal's
+    assert first["val_accuracy"] < 0.3125
     assert new.params["optimizer.lr"] not in OLD_LRS
     for number, text in records.items():  # no old trial ran again
         assert (sweep_dir / str(number) / "summary.json").read_text() == text, number
