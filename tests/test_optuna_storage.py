@@ -62,6 +62,11 @@ def test_eight_trials_report_to_one_journal_while_the_login_asks_and_tells(
     assert (outcome.lost_reports, outcome.extra_reports, outcome.unfinished) == (0, 0, 0), result
     assert (outcome.retried_calls, outcome.unpruned_trials) == (0, 0), result
     assert outcome.clean
+    # what every one of them opened: the journal with the lock that works on NFS
+    from optuna.storages.journal import JournalFileOpenLock
+
+    opened = study_storage.open_storage(str(tmp_path / "optuna.journal"))
+    assert isinstance(opened._backend._lock, JournalFileOpenLock)
     workers = [p for p in tmp_path.iterdir() if (p / "worker.json").exists()]
     assert len(workers) == 8
     study = only_study(tmp_path)  # what the search's own .optuna_study.json names

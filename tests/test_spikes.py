@@ -294,7 +294,7 @@ def test_the_dashboard_serves_the_finished_search_from_its_journal(
     deadline = time.monotonic() + 120
     while True:
         try:
-            studies = get("/api/studies")["studies"]
+            studies = get("/api/studies")["study_summaries"]
             break
         except OSError:
             assert server.poll() is None and time.monotonic() < deadline, log.read_text()
