@@ -28,9 +28,10 @@ def search_pruner(cfg: Any) -> str | None:
 
 def check_direction(cfg: Any, objectives: tuple[str, ...], directions: dict[str, bool]) -> None:
     """An Optuna search optimises what its trials return, the run's objective(s) (`objective`:
-    the family's by default): hydra-optuna-sweeper's default direction (minimize) would search
-    for the worst val_accuracy. One direction per objective, each the objective's; a study of
-    several objectives is Optuna's multi-objective study (its Pareto front), unpruned."""
+    the family's by default): the sweeper's default direction (minimize, as hydra-optuna-
+    sweeper's was) would search for the worst val_accuracy. One direction per objective, each
+    the objective's; a study of several objectives is Optuna's multi-objective study (its
+    Pareto front), unpruned."""
     if not _is_optuna(cfg):
         return
     direction = OmegaConf.select(cfg, "hydra.sweeper.direction", default=None)
