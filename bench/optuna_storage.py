@@ -29,7 +29,8 @@ STORAGES = {
     "sqlite": lambda root: f"sqlite:///{root / 'optuna.db'}",
 }
 COLUMNS = ("seconds", "trials", "expected", "lost_reports", "extra_reports", "unfinished",
-           "retried_calls", "unpruned_trials", "worker_failures", "login_error")  # fmt: skip
+           "retried_calls", "retry_errors", "unpruned_trials", "worker_failures",
+           "login_error")  # fmt: skip
 
 
 def main() -> None:

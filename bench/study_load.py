@@ -51,6 +51,7 @@ class Outcome:
     pruned: int
     worker_failures: list[str] = field(default_factory=list)  # exit status / traceback
     retried_calls: int = 0  # storage calls tried again (study_storage.retrying's warnings)
+    retry_errors: dict[str, int] = field(default_factory=dict)  # what they met, by kind
     unpruned_trials: int = 0  # trials whose storage failed for good (pruning_off)
     login_error: str | None = None
 
@@ -123,8 +124,19 @@ def run(load: Load, sweep_dir: Path) -> Outcome:
         for n, (code, err) in sorted(finished.items())
         if code != 0 or "Traceback" in err
     ]
-    retried = sum(err.count("trying again in") for _, err in finished.values())
-    return _outcome(study, sweep_dir, load, login_done, seconds, failures, retried, login_error)
+    retries = [
+        line
+        for _, err in finished.values()
+        for line in err.splitlines()
+        if "trying again in" in line
+    ]
+    outcome = _outcome(
+        study, sweep_dir, load, login_done, seconds, failures, len(retries), login_error
+    )
+    for line in retries:  # "storage S: W failed (Kind: message); trying again in T s"
+        kind = line.rpartition(" failed (")[2].rpartition("); trying again")[0]
+        outcome.retry_errors[kind] = outcome.retry_errors.get(kind, 0) + 1
+    return outcome
 
 
 def _spawn(run_dir: Path, reports: int) -> subprocess.Popen:
