@@ -308,8 +308,8 @@ SEARCH = [
         ),
         (
             ["hydra/sweeper/sampler=grid"],
-            "error: invalid config: hydra.sweeper.params={}: optimizer.lr: an interval has no "
-            "grid points; use choice(...) or range(...) with hydra/sweeper/sampler=grid",
+            "error: invalid config: optimizer.lr='tag(log, interval(1e-05, 0.01))': an interval "
+            "has no grid points; use choice(...) or range(...) with hydra/sweeper/sampler=grid",
         ),
     ],
     ids=["lacking", "misspelt", "one-objective", "grid-of-an-interval"],

@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import optuna
 from hydra.core.plugins import Plugins
@@ -123,8 +123,8 @@ class ResumableOptunaSweeperImpl:
         if self.is_grid:
             try:
                 grid = {n: search_space.grid_choices(n, d) for n, d in distributions.items()}
-            except ValueError as error:
-                _refuse(ConfigError("hydra.sweeper.params", self.params, str(error)))
+            except ConfigError as error:
+                _refuse(error)
             self.n_trials = min(self.n_trials, math.prod(len(v) for v in grid.values()))
         try:
             self.sampler = samplers.build(self.sampler_config, grid)
@@ -403,7 +403,7 @@ class ResumableOptunaSweeperImpl:
         )
 
 
-def _refuse(error: ConfigError) -> None:
+def _refuse(error: ConfigError) -> NoReturn:
     print(f"error: {error}", file=sys.stderr)
     sys.exit(ConfigError.exit_code)
 

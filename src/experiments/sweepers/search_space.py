@@ -12,6 +12,8 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import IntervalSweep, Override, RangeSweep, Transformer
 
+from experiments.errors import ConfigError
+
 
 def from_overrides(arguments: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
     """(searched: name -> Optuna distribution, fixed: name -> value as written). A key both
@@ -73,9 +75,12 @@ def grid_choices(name: str, distribution: Any) -> list[Any]:
         return list(distribution.choices)
     step = getattr(distribution, "step", None)
     if step is None or getattr(distribution, "log", False):
-        raise ValueError(
-            f"{name}: an interval has no grid points; use choice(...) or range(...) with "
-            "hydra/sweeper/sampler=grid"
+        interval = f"interval({distribution.low}, {distribution.high})"
+        raise ConfigError(
+            name,
+            f"tag(log, {interval})" if distribution.log else interval,
+            "an interval has no grid points; use choice(...) or range(...) with "
+            "hydra/sweeper/sampler=grid",
         )
     count = int((distribution.high - distribution.low) // step)
     return [distribution.low + i * step for i in range(count)]
