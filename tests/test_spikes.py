@@ -315,6 +315,23 @@ def test_the_dashboard_serves_the_finished_search_from_its_journal(
     assert f"Optuna dashboard of {sweep_dir / 'optuna.journal'} at http://127.0.0.1:{port}/" in (
         log.read_text()
     )
+    # `optuna-dashboard <sweep>/optuna.journal` by hand: the dashboard's own reading of a path
+    # (its WSGI app, as its command builds it) opens the journal as it is
+    import wsgiref.util
+
+    from optuna_dashboard import wsgi
+
+    statuses: list[str] = []
+
+    def start_response(status: str, headers: list, exc_info: object = None) -> None:
+        statuses.append(status)
+
+    app = wsgi(str(sweep_dir / "optuna.journal"))
+    environ = {"PATH_INFO": "/api/studies", "REQUEST_METHOD": "GET"}
+    wsgiref.util.setup_testing_defaults(environ)
+    body = b"".join(app(environ, start_response))
+    assert statuses == ["200 OK"]
+    assert json.loads(body)["study_summaries"] == studies
 
 
 def test_a_spikformer_is_measured_like_a_resnet() -> None:
