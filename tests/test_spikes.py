@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from experiments.errors import ConfigError
-from experiments.snn import spikes
+from experiments.snn import spikes, spikes_file
 
 from .conftest import BIN, cli_env, plan_for, run_cli, run_cli_in_process
 from .support import processes
@@ -85,7 +86,7 @@ def test_a_network_that_goes_silent_is_stopped_by_the_guard(tmp_path: Path, engi
     """A network that cannot fire, trainer.spikes.guard=2, on SpikingJelly's loop and on the
     classic Trainer: after its second evaluation the run stops `failed`, one line naming the
     layer, its rate and the evaluation, no traceback; spikes.json holds the two evaluations
-    it measured."""
+    it measured, and spikes.png their figure."""
     run_dir = tmp_path / "run"
     result = run_cli(
         [
@@ -106,11 +107,18 @@ def test_a_network_that_goes_silent_is_stopped_by_the_guard(tmp_path: Path, engi
     assert "Traceback" not in result.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["error"] == line.removeprefix("error: ")
-    measured = spikes.read(run_dir)
+    measured = spikes_file.read(run_dir)
     assert [e["step"] for e in measured] == [1, 2]
     assert all(
         layer["firing_rate"] == 0 and layer["silent"] == 1 for layer in measured[-1]["layers"]
     )
+    # the figure follows the run (redrawn after each evaluation by the figure child), so a run
+    # stopped short keeps the figure of its last evaluation: every layer grey (silent)
+    figure = run_dir / "spikes.png"
+    deadline = time.monotonic() + 120
+    while not figure.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert figure.stat().st_size > 10_000
 
 
 def test_the_guard_counts_evaluations_in_a_row_and_can_be_off() -> None:
@@ -270,7 +278,6 @@ def test_the_dashboard_serves_the_finished_search_from_its_journal(
     journal; its HTTP API gives back the study, its trials and the Pareto front the journal
     holds."""
     import socket
-    import time
     import urllib.request
 
     sweep_dir = two_objective_search["dir"]
