@@ -496,6 +496,49 @@ def imagefolder(imagefolder_session: Path) -> Path:
     return imagefolder_session
 
 
+class DatasetFiles:
+    """The papers' datasets in their real on-disk formats, tiny (tests/support/datasets.py),
+    each written once per test session and shared: `cifar("cifar10")`, `cifar("cifar100")`,
+    `events("dvs128_gesture" | "cifar10_dvs" | "n_mnist" | "n_caltech101")` return the folder
+    to pass as `data.root`. A run on an event root leaves its frame cache there
+    (`frames_number_<T>_split_by_<how>/`), which later runs of the session read. A test that
+    changes a root (breaks it, or must see the cache built) writes its own with
+    `support.datasets.write_cifar` / `write_events`. CIFAR runs need torchvision's md5 check
+    skipped: `cifar_env()` for a process a test starts, `skip_cifar_md5()` in this one."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.roots: dict[str, Path] = {}
+
+    def cifar(self, variant: str = "cifar10") -> Path:
+        from .support.datasets import write_cifar
+
+        if variant not in self.roots:
+            self.roots[variant] = write_cifar(self.folder / variant, variant)
+        return self.roots[variant]
+
+    def events(self, name: str) -> Path:
+        from .support.datasets import write_events
+
+        if name not in self.roots:
+            self.roots[name] = write_events(self.folder / name, name)
+        return self.roots[name]
+
+    @staticmethod
+    def cifar_env() -> dict[str, str]:
+        """The environment of a child process that reads the synthetic CIFAR files."""
+        from .support.datasets import SKIP_CIFAR_MD5
+
+        site = str(Path(__file__).parent / "support" / "site")
+        return {"PYTHONPATH": on_python_path(site), SKIP_CIFAR_MD5: "1"}
+
+
+@pytest.fixture(scope="session")
+def dataset_files(tmp_path_factory: pytest.TempPathFactory) -> DatasetFiles:
+    """Tiny CIFAR and event datasets on disk, shared by the session (see DatasetFiles)."""
+    return DatasetFiles(tmp_path_factory.mktemp("datasets"))
+
+
 def unreadable_imagefolder(root: Path, classes: int = 10) -> Path:
     """An image folder that passes validation (train/ and val/, `classes` class folders) but
     fails at run time: its .png files are not images."""

@@ -57,7 +57,18 @@ def test_groups_hold_what_the_product_card_names() -> None:
     } <= set(MODELS)
     assert TOPOLOGIES == ["channel_tp", "ddp", "fsdp2", "pp", "single"]
     assert LAUNCHERS == ["local", "slurm", "torchrun"]
-    assert DATA == ["digits", "digits_sequence", "imagefolder", "synthetic"]
+    assert DATA == [
+        "cifar10",
+        "cifar100",
+        "cifar10_dvs",
+        "digits",
+        "digits_sequence",
+        "dvs128_gesture",
+        "imagefolder",
+        "n_caltech101",
+        "n_mnist",
+        "synthetic",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -101,6 +112,12 @@ def _launcher_overrides(launcher: str, world: int) -> list[str]:
 
 
 MATRIX_FILE = Path(__file__).parent / "data" / "config_matrix.csv"
+# The papers' datasets (a data.root of files on disk) have a matrix of their own
+# (config_matrix_datasets.csv): their verdicts turn on the model (channels, input size, classes),
+# not on the topology or launcher, and a plan costs ~0.1-0.5 s, so the full product of six more
+# options (~2,000 plans) would cost minutes of suite time.
+DATASETS = ["cifar10", "cifar100", "cifar10_dvs", "dvs128_gesture", "n_caltech101", "n_mnist"]
+MATRIX_DATA = [option for option in DATA if option not in DATASETS]
 
 
 def _matrix() -> dict[tuple[str, str, str, str], str]:
@@ -113,7 +130,8 @@ MATRIX = _matrix()
 
 
 def test_the_matrix_pins_every_combination_of_the_groups() -> None:
-    assert set(MATRIX) == set(itertools.product(MODELS, TOPOLOGIES, LAUNCHERS, DATA))
+    assert set(MATRIX) == set(itertools.product(MODELS, TOPOLOGIES, LAUNCHERS, MATRIX_DATA))
+    assert set(DATASET_MATRIX) == set(itertools.product(DATASET_MODELS, DATASETS))
 
 
 @pytest.mark.parametrize(("model", "topology", "launcher", "data"), sorted(MATRIX))
@@ -160,6 +178,49 @@ def test_every_combination_plans_or_is_refused_naming_the_pinned_key(
         # the spike and energy measurement is planned for every SNN model, an equal share a rank
         assert plan.spikes.active and plan.spikes.images >= 32
         assert plan.spikes.images % dp == 0
+
+
+DATASET_MATRIX_FILE = Path(__file__).parent / "data" / "config_matrix_datasets.csv"
+# One model of each kind of config: ours (SEW-ResNet, Spikformer-Ti), SpikingJelly's fixed-size
+# CIFAR Spikformer, a zoo factory, a GAN.
+DATASET_MODELS = [
+    "sew_resnet18",
+    "spikformer_tiny",
+    "spikformer_cifar10",
+    "zoo_sew_resnet18",
+    "dcgan",
+]
+
+
+def _dataset_matrix() -> dict[tuple[str, str], str]:
+    text = DATASET_MATRIX_FILE.read_text().splitlines()
+    rows = csv.DictReader([line for line in text if not line.startswith("#")])
+    return {(r["model"], r["data"]): r["verdict"] for r in rows}
+
+
+DATASET_MATRIX = _dataset_matrix()
+
+
+@pytest.mark.parametrize(("model", "data"), sorted(DATASET_MATRIX))
+def test_each_dataset_plans_or_is_refused_naming_the_pinned_key(
+    model: str, data: str, dataset_files: Any
+) -> None:
+    """tests/data/config_matrix_datasets.csv: each model kind on each of the papers' datasets
+    (tiny real files, topology=single, launcher=local) plans, or is refused on the pinned key;
+    what plans reads the files' own sample counts for its schedule."""
+    from .support.datasets import skip_cifar_md5
+
+    images = data in ("cifar10", "cifar100")
+    root = dataset_files.cifar(data) if images else dataset_files.events(data)
+    extra = ["data.train_ratio=0.5"] if data == "n_caltech101" else []
+    with skip_cifar_md5():
+        plan = _plan_or_pinned_refusal(
+            [f"model={model}", f"data={data}", f"data.root={root}", *extra],
+            DATASET_MATRIX[(model, data)],
+        )
+    if plan is not None:
+        assert plan.training_config.dataset_kwargs["root"] == str(root)
+        assert plan.training_config.input_layout == ("NCHW" if images else "NTCHW")
 
 
 # (dp, pp, tp) and the data-parallel kind of each topology at world size 4 (conf/topology/).
