@@ -13,7 +13,9 @@ from omegaconf import DictConfig, OmegaConf
 from experiments.errors import ConfigError
 
 # Keys that describe the data to the rest of the run; passed on only if the builder takes them.
-_DESCRIPTIVE_KEYS = {"name", "builder", "num_classes"}
+# `channels`: what each sample holds (3 for images, 2 for event frames), read by the model's
+# `in_channels: ${data.channels}`.
+_DESCRIPTIVE_KEYS = {"name", "builder", "num_classes", "channels"}
 
 
 def import_object(path: str, key: str) -> Any:
