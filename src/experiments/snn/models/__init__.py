@@ -69,6 +69,7 @@ def _splits(config: ModelConfig) -> Capabilities:
             "channels",
             note=f"SEW-ResNet{depth} is built from Bottleneck blocks, "
             "which SpikingJelly's builder neither shards (TP) nor splits into stages (PP)",
+            square_only=True,
         )
     if _is(config, SEW_RESNET34):  # includes SEWResNetConfig 18/34
         return Capabilities(
