@@ -198,13 +198,13 @@ SURROGATES = {"atan": (surrogate.ATan, 2.0), "sigmoid": (surrogate.Sigmoid, 4.0)
 
 
 @pytest.mark.parametrize(
-    ("model", "kind", "gradient", "overrides"),
+    ("model", "kind", "gradient", "detach_reset", "overrides"),
     [
-        ("sew_resnet18", "if", "atan", []),  # SEW-ResNet's ImageNet neuron
-        ("sew_resnet34", "plif", "sigmoid", []),  # SpikingJelly's own config
-        ("spikformer_4_384", "plif", "atan", CIFAR10),
-        ("sew_dvs128_gesture", "lif", "sigmoid", ["data.image_size=128"]),
-        ("zoo_sew_resnet18", "if", "sigmoid", []),
+        ("sew_resnet18", "if", "atan", True, []),  # SEW-ResNet's ImageNet neuron
+        ("sew_resnet34", "plif", "sigmoid", False, []),  # SpikingJelly's own config
+        ("spikformer_4_384", "plif", "atan", True, CIFAR10),
+        ("sew_dvs128_gesture", "lif", "sigmoid", False, ["data.image_size=128"]),
+        ("zoo_sew_resnet18", "if", "sigmoid", True, []),
     ],
     ids=[
         "sew_resnet18",
@@ -215,15 +215,17 @@ SURROGATES = {"atan": (surrogate.ATan, 2.0), "sigmoid": (surrogate.Sigmoid, 4.0)
     ],
 )
 def test_the_neuron_key_reaches_every_neuron(
-    model: str, kind: str, gradient: str, overrides: list[str]
+    model: str, kind: str, gradient: str, detach_reset: bool, overrides: list[str]
 ) -> None:
+    """The class, its arguments, the surrogate and model.detach_reset (true: not the classes'
+    default) in every neuron of the built model."""
     config = model_config(
         model,
         [
             *overrides,
             f"model/neuron={kind}",
             f"model/surrogate={gradient}",
-            "model.detach_reset=false",
+            f"model.detach_reset={str(detach_reset).lower()}",
         ],
     )
     with torch.device("meta"):
@@ -234,7 +236,7 @@ def test_the_neuron_key_reaches_every_neuron(
     assert neurons and all(type(m) is cls for m in neurons.values())
     assert all(type(m.surrogate_function) is surrogate_cls for m in neurons.values())
     assert all(m.surrogate_function.alpha == alpha for m in neurons.values())
-    assert not any(m.detach_reset for m in neurons.values())
+    assert all(m.detach_reset is detach_reset for m in neurons.values())
     for argument, value in arguments.items():
         assert all(
             getattr(m, argument) == value
@@ -358,8 +360,12 @@ REFUSED = {
 def test_what_a_model_cannot_take_is_refused_in_one_line(
     overrides: list[str], says: str, tmp_path: Path
 ) -> None:
+    """A dry run: refused in planning all the same, and a check that is broken plans instead
+    of training."""
     run_dir = tmp_path / "run"
-    result = run_cli_in_process([*overrides, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    result = run_cli_in_process(
+        [*overrides, "dry_run=true", f"hydra.run.dir={run_dir}"], cwd=tmp_path
+    )
     assert result.returncode == 2, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert says in line
