@@ -8,7 +8,7 @@ FSDP roots and (for 4 or 6 blocks) its stage split, and adds what the official c
 (ZK-Zhou/spikformer) does differently where that changes the function (docs/models.md):
 
 - `pool_after_neuron`: the official patch stem max-pools the spikes (conv, BN, LIF, pool;
-  SPK:cifar10/model.py:153-161, imagenet/model.py:156-174); SpikingJelly pools before the LIF.
+  SPK:cifar10/model.py:150-158, imagenet/model.py:149-167); SpikingJelly pools before the LIF.
 - `attention_scale`: 0.125 in the CIFAR and ImageNet code, 0.25 in the CIFAR10-DVS code
   (SPK:cifar10dvs/model.py:45); SpikingJelly fixes 0.125.
 - `attention_v_threshold`: the attention LIF fires at 0.5 in every official model; SpikingJelly
