@@ -366,7 +366,7 @@ def test_a_data_option_refuses_a_bad_key_naming_a_valid_one(
     [
         (
             ["model.in_channels=3"],
-            "model.in_channels=3: data=dvs128_gesture yields 2-channel samples; set model.in_channels=2",
+            "model.in_channels=3: must equal data.channels=2 (data=dvs128_gesture); leave it at ${{data.channels}}",
         ),
         (
             ["data.frames_number=8"],

@@ -29,7 +29,15 @@ from experiments.composition import (
 )
 from experiments.errors import ConfigError
 from experiments.launchers import launch_notes, launcher_module
-from experiments.snn import classify_plan, mixup, neurons, recipe_card, schedule, spikes
+from experiments.snn import (
+    classify_plan,
+    mixup,
+    model_input,
+    neurons,
+    recipe_card,
+    schedule,
+    spikes,
+)
 from experiments.snn import trainer as snn_trainer
 from experiments.snn.family import OBJECTIVE
 from experiments.snn.models import capabilities, instantiate_model_config, parameter_count
@@ -260,38 +268,7 @@ def _check_model_against_data(
             f"data={data['name']} has {data['num_classes']} classes; "
             "leave model.num_classes at ${data.num_classes}",
         )
-    channels = data.get("channels")  # what each sample holds: 3 for images, 2 for event frames
-    if channels is not None and not hasattr(config, "in_channels") and channels != 3:
-        raise ConfigError(  # SpikingJelly's zoo factories build a 3-channel stem
-            "model",
-            name,
-            f"it takes 3-channel images (no in_channels key); data={data['name']} yields "
-            f"{channels}-channel samples: choose a model with in_channels, e.g. "
-            f"model=spikformer_tiny model.in_channels={channels}",
-        )
-    if channels is not None and getattr(config, "in_channels", channels) != channels:
-        raise ConfigError(
-            "model.in_channels",
-            config.in_channels,
-            f"data={data['name']} yields {channels}-channel samples; set "
-            f"model.in_channels={channels} (or ${{data.channels}})",
-        )
-    size = data["image_size"]
-    if caps.fixed_image_size is not None and size != caps.fixed_image_size:
-        raise ConfigError(
-            "data.image_size",
-            size,
-            f"{name} takes {caps.fixed_image_size}x"
-            f"{caps.fixed_image_size} input; use data.image_size={caps.fixed_image_size}",
-        )
-    if size % caps.image_multiple:
-        raise ConfigError(
-            "data.image_size",
-            size,
-            f"{name} needs a multiple of "
-            f"{caps.image_multiple} ({caps.image_reason}), e.g. "
-            f"{max(1, -(-size // caps.image_multiple)) * caps.image_multiple}",
-        )
+    model_input.check(config, data, caps, name)  # channels and frame size
     # data that yields frame sequences ([N, T, C, H, W]): digits_sequence's time_steps, an
     # event dataset's frames_number
     key = "time_steps" if data.get("time_steps") is not None else "frames_number"
@@ -303,11 +280,6 @@ def _check_model_against_data(
             f"data={data['name']} yields {frames} frames a sample; the model must run as many "
             f"time steps: set model.time_steps={frames} (or data.{key})",
         )
-    for key in ("image_size", "image_height", "image_width"):
-        if hasattr(config, key) and getattr(config, key) != size:
-            raise ConfigError(
-                f"model.{key}", getattr(config, key), f"must equal data.image_size={size}"
-            )
 
 
 def input_layout(data: dict[str, Any]) -> str:
