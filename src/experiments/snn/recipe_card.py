@@ -3,10 +3,10 @@
 A preset named after a paper carries a `paper:` node (conf/experiment/*.yaml): its title, its
 official code, the top-1 it reports, the official values (`card`, in the fields below; each
 one's source line is in tests/data/recipe_cards.toml, which tests/test_recipes.py holds the
-node to), and its deviations, each with a reason. `ours` reads the same fields from the planned
-run itself (what SpikingJelly's loop will be given: the TrainingConfig, the data option, the
-model as its builder makes it), so the dry run shows every field where this run differs from
-the paper, and whether the preset says why.
+node to), and its deviations (`deviations`, nested as the card: a field, its reason). `ours`
+reads the same fields from the planned run itself (what SpikingJelly's loop will be given: the
+TrainingConfig, the data option, the model as its builder makes it), so the dry run shows every
+field where this run differs from the paper, and whether the preset says why.
 
 Fields (flat, dotted): dataset.{name, split, image_size[, split_by, frames_trained]},
 time_steps, global_batch, epochs, optimizer.{name, lr, weight_decay, weight_decay_exempt,
@@ -99,7 +99,7 @@ def checked_paper(paper: Any) -> dict[str, Any] | None:
         if key not in paper:
             raise ConfigError(f"paper.{key}", None, f"required in a paper's node ({PAPER_KEYS})")
     fields = flat(paper["card"])
-    for field, reason in (paper["deviations"] or {}).items():
+    for field, reason in flat(paper["deviations"] or {}).items():
         if field not in fields:
             raise ConfigError(
                 f"paper.deviations.{field}",
@@ -354,7 +354,7 @@ def rows(paper: dict[str, Any], card: dict[str, Any]) -> list[tuple[str, str, An
     """(mark, field, paper's, ours, note) for every field of either card: mark " " the same,
     "~" a listed deviation (note: its reason), "!" a difference the preset does not list."""
     official = flat(paper["card"])
-    deviations = paper.get("deviations") or {}
+    deviations = flat(paper.get("deviations") or {})
     table = []
     for field in [*official, *(f for f in card if f not in official)]:
         theirs, mine = official.get(field, "-"), card.get(field, "-")
@@ -363,9 +363,7 @@ def rows(paper: dict[str, Any], card: dict[str, Any]) -> list[tuple[str, str, An
         elif field in deviations:
             table.append(("~", field, theirs, mine, deviations[field]))
         else:
-            table.append(
-                ("!", field, theirs, mine, "differs from the paper (not a listed deviation)")
-            )
+            table.append(("!", field, theirs, mine, "not a listed deviation"))
     return table
 
 
