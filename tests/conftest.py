@@ -592,6 +592,7 @@ LONGEST_FIRST = (
     "test_topologies.py",
     "test_research_sweeps.py",
     "test_robustness.py",
+    "test_recipes.py",
     "test_gan.py",
     "test_gan_distributed.py",
     "test_sweeps.py",
