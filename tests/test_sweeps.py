@@ -14,7 +14,15 @@ import yaml
 
 from experiments.report import write_report
 
-from .conftest import BIN, compose_run, plan_for, read_jsonl, run_cli, unreadable_imagefolder
+from .conftest import (
+    BIN,
+    SLURM_FSDP2_TP,
+    compose_run,
+    plan_for,
+    read_jsonl,
+    run_cli,
+    unreadable_imagefolder,
+)
 from .support import processes
 
 pytestmark = pytest.mark.slow
@@ -128,17 +136,6 @@ PRESETS = {
     "sew_resnet34_imagenet": ["data.root={root}", "data.num_classes=10"],
     "spikformer_8_384_imagenet": ["data.root={root}", "data.num_classes=10"],
 }
-# The Slurm layout of the SEW-ResNet-34 recipe, as docs/recipes.md writes it: an override of
-# the one preset, not a preset of its own.
-SLURM_FSDP2_TP = [
-    "launcher=slurm",
-    "launcher.nodes=4",
-    "launcher.tasks_per_node=8",
-    "launcher.gpus_per_node=8",
-    "topology=fsdp2",
-    "topology.tensor_parallel_size=2",
-    "trainer.precision=bf16",
-]
 
 
 def _pinned(node: object, prefix: str = "") -> dict[str, object]:
@@ -158,7 +155,8 @@ def test_experiment_presets_compose_and_validate(name: str, imagefolder: Path) -
     plan = plan_for([f"experiment={name}", *extra])
     if name == "sew_resnet34_imagenet":
         assert plan.global_batch == 256 and plan.training_config.batch_size == 256
-        slurm = plan_for([f"experiment={name}", *extra, *SLURM_FSDP2_TP])
+        # the Slurm layout is an override of the one preset, not a preset of its own
+        slurm = plan_for([f"experiment={name}", *extra, *SLURM_FSDP2_TP, "trainer.precision=bf16"])
         assert slurm.dims.mesh_shape == (16, 1, 2) and slurm.engine == "spikingjelly"
         assert slurm.training_config.precision.mode == "bf16"
         assert slurm.global_batch == 256 and slurm.training_config.batch_size == 16
