@@ -246,7 +246,7 @@ def test_steps_per_epoch_auto_is_derived_from_the_run() -> None:
             "cutmix rides the loop's mixup",
         ),
         (
-            ["trainer.loss_kwargs.label_smoothing=1.0"],
+            ["+trainer.loss_kwargs.label_smoothing=1.0"],
             "trainer.loss_kwargs.label_smoothing=1.0: from 0 to < 1",
         ),
         (
