@@ -49,10 +49,8 @@ TRAINER_FIELDS = ("epochs", "batch_size", "workers", "scheduler", "execution_mod
                   "max_steps", "checkpoint_interval")  # fmt: skip
 DIMS_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "pipeline_microbatches",
                "data_parallel")  # fmt: skip
-DERIVED = ("accumulation_steps", "derivation")
-LIBRARY_LOSS = TrainingConfig.__dataclass_fields__[
-    "loss_function"
-].default  # batch keys of a derived batch (derive_batch)
+DERIVED = ("accumulation_steps", "derivation")  # batch keys of a derived batch (derive_batch)
+LIBRARY_LOSS = TrainingConfig.__dataclass_fields__["loss_function"].default
 
 
 @dataclass
