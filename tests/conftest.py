@@ -564,7 +564,9 @@ def pytest_terminal_summary(terminalreporter) -> None:
 # `make test` runs the suite on three pytest-xdist workers (`-n 3 --dist loadfile`): much of it
 # waits (process start-up, Slurm's scheduler, a rank's collective), so three files at a time
 # keep two cores busy. A file is a unit (its module fixtures are built once); the longest files
-# go first, so the workers end together instead of one starting a long file last.
+# go first, so the workers end together instead of one starting a long file last. (Files not
+# listed follow in name order: test_sweep_scale.py, 1.5-3 min, was one of the last to start.
+# test_configs.py plans ~1,650 combinations in one process at ~0.1-0.16 CPU-s each.)
 LONGEST_FIRST = (
     "test_spikingjelly_loop.py",
     "test_multinode.py",
@@ -575,15 +577,21 @@ LONGEST_FIRST = (
     "test_gan_distributed.py",
     "test_sweeps.py",
     "test_gpu_check.py",
+    "test_configs.py",
+    "test_bench.py",
     "test_gan_recipes.py",
     "test_gan_sample_eval.py",
+    "test_main_job.py",
+    "test_loggers.py",
+    "test_sweep_scale.py",
     "test_fault_tolerance.py",
     "test_spikingjelly_loop_guarantees.py",
     "test_slurm.py",
     "test_search.py",
+    "test_slurm_walk_away.py",
+    "test_preflight.py",
     "test_refusals.py",
     "test_train.py",
-    "test_configs.py",
     "test_eval.py",
     "test_classify.py",
     "test_zoo.py",
