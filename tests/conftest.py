@@ -325,6 +325,28 @@ def run_tool(
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+def tool_in_process(
+    module: str, argv: list[str], capsys: pytest.CaptureFixture
+) -> tuple[int, str, str]:
+    """experiments-<module> (sample, export or eval) through its main() in this process, without
+    a process start-up (~5 s of imports for a GAN run's tools): (exit status, stdout, stderr)."""
+    if module == "sample":
+        from experiments.gan.sample import main
+    elif module == "export":
+        from experiments.export import main
+    else:
+        from experiments.evaluate import main
+    saved = sys.argv
+    sys.argv = [f"experiments-{module}", *map(str, argv)]
+    try:
+        with pytest.raises(SystemExit) as stop:
+            main()
+    finally:
+        sys.argv = saved
+    out, err = capsys.readouterr()
+    return int(stop.value.code or 0), out, err
+
+
 @pytest.fixture(scope="module")
 def module_tmp(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
     """tmp_path_factory.mktemp for module-scoped fixtures, removed when the module ends.
@@ -595,7 +617,9 @@ def pytest_terminal_summary(terminalreporter) -> None:
 # `make test` runs the suite on three pytest-xdist workers (`-n 3 --dist loadfile`): much of it
 # waits (process start-up, Slurm's scheduler, a rank's collective), so three files at a time
 # keep two cores busy. A file is a unit (its module fixtures are built once); the longest files
-# go first, so the workers end together instead of one starting a long file last.
+# go first, so the workers end together instead of one starting a long file last. (Files not
+# listed follow in name order: test_sweep_scale.py, 1.5-3 min, was one of the last to start.
+# test_configs.py plans ~1,650 combinations in one process at ~0.1-0.16 CPU-s each.)
 LONGEST_FIRST = (
     "test_spikingjelly_loop.py",
     "test_multinode.py",
@@ -607,15 +631,21 @@ LONGEST_FIRST = (
     "test_gan_distributed.py",
     "test_sweeps.py",
     "test_gpu_check.py",
+    "test_configs.py",
+    "test_bench.py",
     "test_gan_recipes.py",
     "test_gan_sample_eval.py",
+    "test_main_job.py",
+    "test_loggers.py",
+    "test_sweep_scale.py",
     "test_fault_tolerance.py",
     "test_spikingjelly_loop_guarantees.py",
     "test_slurm.py",
     "test_search.py",
+    "test_slurm_walk_away.py",
+    "test_preflight.py",
     "test_refusals.py",
     "test_train.py",
-    "test_configs.py",
     "test_eval.py",
     "test_classify.py",
     "test_zoo.py",
