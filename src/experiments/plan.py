@@ -22,7 +22,7 @@ from experiments.errors import ConfigError
 from experiments.known_keys import check_known_keys
 from experiments.run import early_stopping
 from experiments.run.recorded_config import check_against_record
-from experiments.sweepers.search_config import check_direction, search_pruner
+from experiments.sweepers.search_config import check_direction, search_pruner, storage_warning
 
 
 def _objectives(value: Any, family: Any) -> tuple[str, ...]:
@@ -80,5 +80,8 @@ def build_plan(
     plan.objective, plan.objectives = objectives[0], objectives
     if check_record:
         check_direction(cfg, objectives, family.directions)
+        warning = storage_warning(cfg)
+        if warning is not None and hasattr(plan, "launch_notes"):
+            plan.launch_notes.append(warning)
     early_stopping.check_pruned_trial(search_pruner(cfg), plan.engine, family)
     return early_stopping.attach(plan, values["trainer"], family)

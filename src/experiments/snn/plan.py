@@ -29,7 +29,15 @@ from experiments.composition import (
 )
 from experiments.errors import ConfigError
 from experiments.launchers import launch_notes, launcher_module
-from experiments.snn import classify_plan, neurons, schedule, spikes
+from experiments.snn import (
+    classify_plan,
+    mixup,
+    model_input,
+    neurons,
+    recipe_card,
+    schedule,
+    spikes,
+)
 from experiments.snn import trainer as snn_trainer
 from experiments.snn.family import OBJECTIVE
 from experiments.snn.models import capabilities, instantiate_model_config, parameter_count
@@ -42,6 +50,7 @@ TRAINER_FIELDS = ("epochs", "batch_size", "workers", "scheduler", "execution_mod
 DIMS_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "pipeline_microbatches",
                "data_parallel")  # fmt: skip
 DERIVED = ("accumulation_steps", "derivation")  # batch keys of a derived batch (derive_batch)
+LIBRARY_LOSS = TrainingConfig.__dataclass_fields__["loss_function"].default
 
 
 @dataclass
@@ -71,6 +80,10 @@ class SNNPlan:
     trainer_args: list[str] = field(default_factory=list)
     # trainer.spikes checked: the spike and energy measurement at each evaluation (spikes.py)
     spikes: Any = None
+    # a paper's preset: its `paper` node and this run's recipe in the card's fields
+    # (recipe_card.py), printed side by side by the dry run
+    paper: dict[str, Any] | None = None
+    card: dict[str, Any] = field(default_factory=dict)
 
     objective: str = OBJECTIVE  # the metric a sweep optimises and a re-run reports
 
@@ -114,8 +127,16 @@ class SNNPlan:
             "neuron": self.neuron,
             **({"spikes": dataclasses.asdict(self.spikes)} if self.spikes is not None else {}),
             "library_config": config.as_dict(),
+            **({"recipe": {"paper": self.paper, "this_run": self.card}} if self.paper else {}),
             **({"trainer_args": self.trainer_args} if self.trainer_args else {}),
         }
+
+    def mixup(self) -> str | None:
+        """Which mixup the loop runs, if any (snn/mixup.py); trainer=classify mixes in its own
+        collate."""
+        if self.engine != "spikingjelly":
+            return None
+        return mixup.describe(self.trainer, self.training_config.input_layout)
 
     def stop_bound(self) -> str:
         """What a stop loses on SpikingJelly's loop (engines/spikingjelly_loop.py)."""
@@ -154,6 +175,7 @@ class SNNPlan:
             f"{plan['batch']['global']} global"
             + (f" ({plan['batch']['derivation']})" if "derivation" in plan["batch"] else ""),
             *([f"  schedule   {self.trainer['schedule']}"] if "schedule" in self.trainer else []),
+            *([f"  mixup      {mixing}"] if (mixing := self.mixup()) else []),
             f"  run dir    {self.run_dir}",
             f"  launcher   {plan['launcher']}; it would execute:",
         ]
@@ -166,6 +188,8 @@ class SNNPlan:
         if self.trainer_args:
             lines.append("  SpikingJelly train_classify.Trainer arguments (get_args_parser()):")
             lines += [f"    {argument}" for argument in self.trainer_args]
+        if self.paper is not None:
+            lines += recipe_card.as_text(self.paper, self.card)
         lines.append("  library config (SpikingJelly TrainingConfig.as_dict()):")
         lines += [
             f"    {line}" for line in json.dumps(plan["library_config"], indent=2).splitlines()
@@ -219,30 +243,8 @@ def _check_data(data: dict[str, Any]) -> None:
     if data["name"] == "synthetic":
         check.integer(data["train_size"], "data.train_size", minimum=1)
         check.integer(data["val_size"], "data.val_size", minimum=1)
-    if "root" in data and data["root"] != ROOT_PLACEHOLDER:
-        root = Path(str(data["root"]))
-        fraction = data.get("val_fraction")
-        if fraction is not None and (
-            isinstance(fraction, bool) or not isinstance(fraction, (int, float))
-            or not 0 < fraction < 1
-        ):  # fmt: skip
-            raise ConfigError("data.val_fraction", fraction, "a fraction between 0 and 1, e.g. 0.1")
-        train = root / str(data.get("train_subdirectory", "train"))
-        val = root / str(data.get("validation_subdirectory", "val"))
-        if not train.is_dir():
-            raise ConfigError(
-                "data.root",
-                str(root),
-                f"no folder {train}; expected an ImageNet-style root with train/<class>/ "
-                "and val/<class>/",
-            )
-        if fraction is None and not val.is_dir():
-            raise ConfigError(
-                "data.root",
-                str(root),
-                f"no folder {val}; add val/<class>/ folders, or set data.val_fraction=0.1 to "
-                "hold out a seeded 10% of train/ for validation",
-            )
+    # the option's own checks (data/__init__.py): its keys, and what its data.root must hold
+    data_group.check(data, on_disk=data.get("root") not in (None, ROOT_PLACEHOLDER))
     if data["num_classes"] is None and data.get("root") == ROOT_PLACEHOLDER:
         raise ConfigError(
             "data.num_classes",
@@ -264,35 +266,18 @@ def _check_model_against_data(
             f"data={data['name']} has {data['num_classes']} classes; "
             "leave model.num_classes at ${data.num_classes}",
         )
-    size = data["image_size"]
-    if caps.fixed_image_size is not None and size != caps.fixed_image_size:
-        raise ConfigError(
-            "data.image_size",
-            size,
-            f"{name} takes {caps.fixed_image_size}x"
-            f"{caps.fixed_image_size} input; use data.image_size={caps.fixed_image_size}",
-        )
-    if size % caps.image_multiple:
-        raise ConfigError(
-            "data.image_size",
-            size,
-            f"{name} needs a multiple of "
-            f"{caps.image_multiple} ({caps.image_reason}), e.g. "
-            f"{max(1, -(-size // caps.image_multiple)) * caps.image_multiple}",
-        )
-    frames = data.get("time_steps")  # data that yields frame sequences ([N, T, C, H, W])
+    model_input.check(config, data, caps, name)  # channels and frame size
+    # data that yields frame sequences ([N, T, C, H, W]): digits_sequence's time_steps, an
+    # event dataset's frames_number
+    key = "time_steps" if data.get("time_steps") is not None else "frames_number"
+    frames = data.get(key)
     if frames is not None and config.time_steps != frames:
         raise ConfigError(
             "model.time_steps",
             config.time_steps,
             f"data={data['name']} yields {frames} frames a sample; the model must run as many "
-            f"time steps: set model.time_steps={frames} (or data.time_steps)",
+            f"time steps: set model.time_steps={frames} (or data.{key})",
         )
-    for key in ("image_size", "image_height", "image_width"):
-        if hasattr(config, key) and getattr(config, key) != size:
-            raise ConfigError(
-                f"model.{key}", getattr(config, key), f"must equal data.image_size={size}"
-            )
 
 
 def input_layout(data: dict[str, Any]) -> str:
@@ -305,16 +290,20 @@ def input_layout(data: dict[str, Any]) -> str:
 
 def _check_validation_split(data: dict[str, Any], dims: ParallelDims, batch_size: int) -> None:
     # SpikingJelly's loaders shard the validation set evenly, in whole batches under PP.
-    val_size = data.get("val_size")
-    if val_size is None:
-        return
     multiple = dims.data_parallel_size * (batch_size if dims.pipeline_parallel_size > 1 else 1)
-    if val_size % multiple:
+    under_pp = " x batch size under PP" if dims.pipeline_parallel_size > 1 else ""
+    why = f"data-parallel size{under_pp}"
+    val_size = data.get("val_size")
+    if val_size is not None and val_size % multiple:
+        raise ConfigError("data.val_size", val_size, f"must be divisible by {multiple} ({why})")
+    sizes = data_group.split_sizes(data) if val_size is None else None
+    if sizes is not None and sizes[1] % multiple:
         raise ConfigError(
-            "data.val_size",
-            val_size,
-            f"must be divisible by {multiple} (data-parallel size"
-            + (" x batch size under PP)" if dims.pipeline_parallel_size > 1 else ")"),
+            "data.root",
+            data.get("root"),
+            f"its {sizes[1]} validation samples are not divisible by {multiple} ({why}): "
+            "SpikingJelly's loop shards them evenly; choose a data-parallel size that divides "
+            f"{sizes[1]}",
         )
 
 
@@ -374,6 +363,10 @@ def _training_config(
             optimizer=optimizer_name,
             optimizer_kwargs=optimizer_kwargs,
             scheduler_kwargs=trainer["scheduler_kwargs"] or {},
+            # trainer=classify has none of the loss keys (its Trainer's own label_smoothing)
+            loss_function=trainer.get("loss_function", LIBRARY_LOSS),
+            loss_kwargs=dict(trainer.get("loss_kwargs") or {}),
+            mixup_alpha=float(trainer.get("mixup_alpha", 0.0)),
             precision=PrecisionConfig(
                 mode=trainer["precision"], fp8_recipe=trainer.get("fp8_recipe", "auto")
             ),
@@ -538,7 +531,7 @@ def build_snn_plan(
         run_dir,
         resume,
     )
-    return SNNPlan(
+    return _with_recipe_card(SNNPlan(
         choices=dict(choices),
         run_dir=run_dir,
         overrides=list(overrides),
@@ -560,4 +553,14 @@ def build_snn_plan(
             trainer, device=device, optimizer=optimizer_name, optimizer_kwargs=optimizer_kwargs,
             seed=values["seed"], run_dir=run_dir, model=model_name,
         ) if classic else [],
-    )  # fmt: skip
+    ), values, classic)  # fmt: skip
+
+
+def _with_recipe_card(plan: SNNPlan, values: dict[str, Any], classic: bool) -> SNNPlan:
+    """A paper's preset (its `paper` node): this run's recipe in the card's fields beside it
+    (recipe_card.py). The card reads SpikingJelly's TrainingConfig, which trainer=classify
+    only describes."""
+    paper = recipe_card.checked_paper(values.get("paper"))
+    if paper is not None and not classic:
+        plan.paper, plan.card = paper, recipe_card.ours(values, plan)
+    return plan
