@@ -21,7 +21,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from experiments import distributed_env
+from experiments import composition_errors, distributed_env
 from experiments.composition import plain, sweep_points
 from experiments.errors import ConfigError
 from experiments.launchers import sweep
@@ -210,7 +210,11 @@ def _compose_point(config: DictConfig, overrides: list[str]) -> DictConfig:
     from hydra import compose
     from omegaconf import open_dict
 
-    cfg = compose(config.hydra.job.config_name, overrides, return_hydra_config=True)
+    from experiments.composition_errors import choices_of
+
+    name = config.hydra.job.config_name
+    with composition_errors.refused_as_config_errors(overrides, choices_of(name, overrides)):
+        cfg = compose(name, overrides, return_hydra_config=True)
     with open_dict(cfg):
         cfg.hydra.sweeper = config.hydra.sweeper
     return cfg
@@ -322,6 +326,7 @@ class ExperimentsCallback(Callback):
         """Check every point of the sweep before the first one starts or is queued."""
         global composed
         composed = True
+        composition_errors.composed()
         from experiments.plan import build_plan
 
         # The command the user typed, recorded by every point (Slurm jobs inherit it).
@@ -386,6 +391,7 @@ class ExperimentsCallback(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         global composed, planned
         composed = True
+        composition_errors.composed()
         from experiments.plan import build_plan
         from experiments.run import lock
 

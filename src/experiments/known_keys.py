@@ -18,8 +18,8 @@ from omegaconf import OmegaConf
 
 from experiments.errors import ConfigError
 
-# Groups whose keys are fixed by their option's yaml file.
-CLOSED_GROUPS = ("trainer", "topology", "launcher")
+# Groups whose keys are fixed by their option's yaml file (the others' by their schemas).
+CLOSED_GROUPS = ("trainer",)
 # Top-level keys that are not config groups (conf/train.yaml) plus the groups themselves.
 GROUPS = ("model", "data", "topology", "launcher", "optimizer", "trainer", "logger")
 
@@ -50,7 +50,6 @@ def top_level_keys() -> frozenset[str]:
 
 
 def check_known_keys(values: dict[str, Any], choices: dict[str, str]) -> None:
-    refuse_unknown("", values, top_level_keys(), "the run config")
     for group in CLOSED_GROUPS:
         option = str(choices.get(group))
         known = option_keys(group, option)
@@ -70,3 +69,15 @@ def nearest(key: str, names: list[str], prefix: str, listing: str) -> str:
     if close:
         return f"did you mean {prefix}{close[0]}?"
     return listing + ", ".join(f"{prefix}{name}" for name in names)
+
+
+def where(path: str, choices: dict[str, Any]) -> str:
+    """A node in words: `trainer=default` for a group's node, `logger=csv` for a logger's
+    settings, else its dotted path (`trainer.spikes`)."""
+    parts = path.split(".")
+    if len(parts) == 1 and parts[0] in GROUPS:
+        option = choices.get(parts[0])
+        return f"{parts[0]}={option}" if isinstance(option, str) else parts[0]
+    if len(parts) == 2 and parts[0] == "logger":
+        return f"logger={parts[1]}"
+    return path

@@ -20,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from experiments import callbacks, distributed_env, families, launchers, loggers
+from experiments import callbacks, composition_errors, distributed_env, families, launchers, loggers
 from experiments.callbacks import print_config_error
 from experiments.composition import plain
 from experiments.errors import ConfigError, RunStopped
@@ -81,7 +81,7 @@ def app(cfg: DictConfig) -> float | None:
             cwd=hydra_cfg.runtime.cwd,
             warm_points=_warm_points(cfg),
             logger=plain(cfg.get("logger")) or {},  # (`logger=none`: an empty node)
-            config=OmegaConf.to_container(cfg, resolve=True),
+            config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
         )
         if sweep_login and local.ctrl_c_received():
             callbacks.stop_sweep(hydra_cfg)  # the point stopped (or ended): no further one
@@ -301,8 +301,9 @@ experiments-train --help lists the config groups, the common keys and the exit s
 
 
 def main() -> None:
-    """Console entry point. Hydra exits 1 on a composition error (unknown group option,
-    unknown key): those are config errors too, so they exit 2 like our own validation."""
+    """Console entry point. A composition error (a misspelt key, a wrong type, an unknown
+    group option) is one line and exit 2 like our own validation (composition_errors.py);
+    anything else Hydra's start-up exits 1 with is mapped to 2 as well."""
     if not sys.argv[1:] and not distributed_env.is_worker():
         print(USAGE, end="", file=sys.stderr)
         sys.exit(ConfigError.exit_code)
@@ -326,7 +327,8 @@ def main() -> None:
         )
         return
     try:
-        app()
+        with composition_errors.reported_in_one_line(sys.argv[1:], config_name="train"):
+            app()
     except SystemExit as exit_:
         if exit_.code == 1 and not callbacks.composed:
             sys.exit(ConfigError.exit_code)

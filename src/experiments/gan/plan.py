@@ -186,7 +186,6 @@ def build_gan_plan(
         )
     launcher = values["launcher"]
     module = launcher_module(launcher["name"])
-    module.validate(launcher)
     dims = parallel_dims(
         topology, module.world_size(launcher), Capabilities((1,), 1, "channels"), model_name, 1
     )

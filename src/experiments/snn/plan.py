@@ -507,7 +507,6 @@ def build_snn_plan(
 
     launcher = values["launcher"]
     module = launcher_module(launcher["name"])
-    module.validate(launcher)
     dims, trainer = _layout(values, trainer, module.world_size(launcher), caps, model_name, classic)
     _check_validation_split(values["data"], dims, trainer["batch_size"])
     if not classic:  # the classic Trainer steps its own lr_scheduler once per epoch
