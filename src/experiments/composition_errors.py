@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import enum
 import os
 import re
 import sys
@@ -26,7 +25,6 @@ import traceback
 import typing
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from types import NoneType, UnionType
 from typing import Any
 
 from hydra.core.override_parser.types import Override
@@ -38,8 +36,9 @@ from omegaconf.errors import (
     ValidationError,
 )
 
-from experiments.errors import ConfigError
+from experiments.errors import NO_VALUE, ConfigError
 from experiments.known_keys import GROUPS, nearest, where
+from experiments.validation import in_words
 
 FULL_ERROR = "HYDRA_FULL_ERROR"
 CONFIG_MODULE = "experiments.conf"  # where experiments-train's configs are (train.py)
@@ -69,13 +68,17 @@ def refusal(
         return None
     key = str(cause.full_key)
     given = _override_of(overrides, key)
-    shown, value = (given.key_or_group, _value(given)) if given else (key, cause.value)
+    if given is not None:  # a command line's override
+        shown, value, in_file = given.key_or_group, _value(given), ""
+    else:  # a value of a yaml file (Hydra: "In 'experiment/mine': ..."): OmegaConf's
+        shown, value = key, cause.value
+        found = re.match(r"In '([^']+)':", str(error))
+        in_file = f" (in {found.group(1)}.yaml)" if found else ""
     if isinstance(cause, ConfigKeyError | ConfigAttributeError):
-        return _unknown_key(key, shown, value, cause.parent_node, choices)
+        shown_value = NO_VALUE if in_file else value  # (a key it has no value for)
+        return _unknown_key(key, shown, shown_value, cause.parent_node, choices, in_file)
     if isinstance(cause, ValidationError):
-        in_file = re.match(r"In '([^']+)':", str(error))  # a yaml file's value, not an override's
-        expected = _expected(cause) + (f" (in {in_file.group(1)}.yaml)" if in_file else "")
-        return ConfigError(shown, value, expected)
+        return ConfigError(shown, value, _expected(cause) + in_file)
     return None
 
 
@@ -124,21 +127,26 @@ def _value(override: Override) -> Any:
 
 
 def _unknown_key(
-    key: str, shown: str, value: Any, parent: Any, choices: Callable[[], dict[str, Any]]
+    key: str,
+    shown: str,
+    value: Any,
+    parent: Any,
+    choices: Callable[[], dict[str, Any]],
+    in_file: str = "",
 ) -> ConfigError:
     """A key no schema or option of ours defines (`shown`: the override that reached for
-    it), with the nearest one that exists."""
+    it; `in_file`: the yaml file that sets it), with the nearest one that exists."""
     prefix, _, name = key.rpartition(".")
     known = sorted(str(k) for k in (parent.keys() if parent is not None else []) if k != "hydra")
     if not prefix:  # the run config's top level: its keys and the config groups
         close = nearest(name, sorted({*known, *GROUPS, *PRESET_GROUPS}), "", "valid keys: ")
         group = close.removeprefix("did you mean ").removesuffix("?")
         if group in GROUPS or group in PRESET_GROUPS:
-            return ConfigError(shown, value, f"not a config group; {close}")
-        return ConfigError(shown, value, f"not a key of the run config; {close}")
+            return ConfigError(shown, value, f"not a config group; {close}{in_file}")
+        return ConfigError(shown, value, f"not a key of the run config; {close}{in_file}")
     what = "not a key" if shown == key else f"{key} is not a key"
     close = nearest(name, known, f"{prefix}.", "valid keys: ")
-    expected = f"{what} of {where(prefix, choices())}; {close}"
+    expected = f"{what} of {where(prefix, choices())}; {close}{in_file}"
     if prefix in OPEN_GROUPS:  # keys the class or builder takes beyond the yaml's: with +
         expected += f"; or add an argument the option does not set: +{shown}=..."
     return ConfigError(shown, value, expected)
@@ -158,25 +166,8 @@ def _expected(cause: ValidationError) -> str:
     if dataclasses.is_dataclass(schema):
         hint = typing.get_type_hints(schema).get(field)
         if hint is not None:
-            return _in_words(hint)
+            return in_words(hint)
     return one_line(cause)
-
-
-def _in_words(hint: Any) -> str:
-    if isinstance(hint, UnionType) or typing.get_origin(hint) is typing.Union:
-        kinds = [_in_words(arg) for arg in typing.get_args(hint) if arg is not NoneType]
-        return " or ".join(kinds) + (", or null" if NoneType in typing.get_args(hint) else "")
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return "one of " + ", ".join(member.name for member in hint)
-    origin = typing.get_origin(hint) or hint
-    words = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
-    if origin in words:
-        return words[origin]
-    if origin is list:
-        return "a list, e.g. [a, b]"
-    if origin is dict:
-        return "a mapping, e.g. {key: value}"
-    return f"a {getattr(hint, '__name__', hint)}"
 
 
 # ---------------------------------------------------------------- experiments-train's main

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from experiments import data as data_group
 from experiments import validation as check
 from experiments.data.image_files import gan_image_root
 from experiments.errors import ConfigError
@@ -133,6 +134,7 @@ def plan_run(
 ) -> GANPlan:
     """The family's planner (experiments/families.py): the keys every family shares are
     already checked."""
+    data_group.dataset_kwargs(cfg.data)  # the data keys' types (MMGen's recipe reads few)
     plan = build_gan_plan(values, run_dir, overrides, choices)
     plan.extensions = extensions
     check_reshard(plan, extensions, bool(values["trainer"].get("allow_global_batch_change")))

@@ -76,3 +76,212 @@ class EarlyStoppingConfig:
             raise ConfigError(
                 "trainer.early_stopping.min_delta", self.min_delta, "a number >= 0, e.g. 0.001"
             )
+
+
+class Precision(StrEnum):
+    """SpikingJelly's PrecisionConfig modes (all but fp32 need CUDA)."""
+
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+    fp8 = "fp8"
+
+
+class Fp8Recipe(StrEnum):
+    """SpikingJelly's PrecisionConfig fp8 recipes (precision=fp8 only)."""
+
+    auto = "auto"
+    delayed = "delayed"
+    current = "current"
+    block = "block"
+    mxfp8 = "mxfp8"
+
+
+class ExecutionMode(StrEnum):
+    eager = "eager"
+    compile = "compile"  # torch.compile
+    cuda_graph = "cuda_graph"  # CUDA, one rank
+
+
+class MemoptBudget(StrEnum):
+    """How much SpikingJelly's memopt recomputes."""
+
+    speed = "speed"
+    balanced = "balanced"
+    memory = "memory"
+
+
+# trainer.engine: auto (the family's library loop) or SpikingJelly's loop by name. A string
+# rather than an enum: `cpu`, our retired loop, is refused with what replaced it.
+ENGINES = ("auto", "spikingjelly")
+RETIRED_ENGINE = (
+    "auto: our CPU engine is gone; SpikingJelly's train_classification trains every "
+    "run of trainer=default, on CPU ranks too (drop the override, or write "
+    "trainer.engine=spikingjelly)"
+)
+
+
+def _at_least(key: str, value: int | None, minimum: int) -> None:
+    if value is not None and value < minimum:
+        raise ConfigError(f"trainer.{key}", value, f"an integer >= {minimum}")
+
+
+@dataclass
+class TrainerConfig:
+    """trainer=default (conf/trainer/default.yaml): SpikingJelly's train_classification for
+    SNN models (snn/trainer.py), MMGen's train_model for GANs (which leave its SNN keys at
+    their defaults: gan/plan.py)."""
+
+    epochs: int
+    max_steps: int | None  # optimizer steps; stops early when reached
+    batch_size: int  # per data-parallel rank
+    global_batch_size: int | None  # split over the data-parallel ranks (snn/trainer.py)
+    allow_global_batch_change: bool
+    workers: int  # DataLoader workers per rank
+    checkpoint_interval: int  # optimizer steps between checkpoints; 0: the last only
+    keep_checkpoints: int
+    engine: str  # one of ENGINES
+    precision: Precision
+    fp8_recipe: Fp8Recipe
+    execution_mode: ExecutionMode
+    memopt_level: int
+    memopt_checkpoint_budget: MemoptBudget
+    memopt_compress_inputs: bool
+    scheduler: str | None  # a torch.optim.lr_scheduler class path
+    scheduler_kwargs: dict[str, Any]  # its arguments (checked against it: snn/trainer.py)
+    log_every_n_steps: int
+    check_replicas: bool
+    profile_steps: int  # 0: off
+    spikes: SpikesConfig
+    early_stopping: EarlyStoppingConfig
+
+    def __post_init__(self) -> None:
+        _at_least("epochs", self.epochs, 1)
+        _at_least("max_steps", self.max_steps, 1)
+        _at_least("batch_size", self.batch_size, 1)
+        _at_least("global_batch_size", self.global_batch_size, 1)
+        _at_least("workers", self.workers, 0)
+        _at_least("checkpoint_interval", self.checkpoint_interval, 0)
+        _at_least("keep_checkpoints", self.keep_checkpoints, 1)
+        _at_least("log_every_n_steps", self.log_every_n_steps, 1)
+        _at_least("profile_steps", self.profile_steps, 0)
+        if self.engine == "cpu":
+            raise ConfigError("trainer.engine", "cpu", RETIRED_ENGINE)
+        if self.engine not in ENGINES:
+            raise ConfigError("trainer.engine", self.engine, "one of " + ", ".join(ENGINES))
+        if not 0 <= self.memopt_level <= 4:
+            raise ConfigError("trainer.memopt_level", self.memopt_level, "an integer from 0 to 4")
+        if self.fp8_recipe != Fp8Recipe.auto and self.precision != Precision.fp8:
+            raise ConfigError(
+                "trainer.fp8_recipe",
+                self.fp8_recipe,
+                f"auto (or trainer.precision=fp8: a recipe is fp8's; precision here: "
+                f"{self.precision})",
+            )
+        if self.scheduler is None and self.scheduler_kwargs:
+            raise ConfigError(
+                "trainer.scheduler_kwargs",
+                self.scheduler_kwargs,
+                "{} without trainer.scheduler (set a scheduler class, or drop its arguments)",
+            )
+
+
+class Device(StrEnum):
+    auto = "auto"  # cuda where the launcher's ranks have it
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class LrScheduler(StrEnum):
+    step = "step"
+    cosa = "cosa"  # cosine annealing over the epochs after the warm-up
+    exp = "exp"
+
+
+class WarmupMethod(StrEnum):
+    linear = "linear"
+    constant = "constant"
+
+
+class ClassifyPrecision(StrEnum):
+    fp32 = "fp32"
+    amp = "amp"  # fp16 autocast + GradScaler (CUDA)
+
+
+def _non_negative(key: str, value: float | None) -> None:
+    if value is not None and not value >= 0:
+        raise ConfigError(f"trainer.{key}", value, "a number >= 0")
+
+
+@dataclass
+class ClassifyTrainerConfig:
+    """trainer=classify (conf/trainer/classify.yaml): SpikingJelly's classic
+    train_classify.Trainer, its command-line options under our keys (snn/classify_plan.py
+    builds its arguments)."""
+
+    name: str  # classify: how the plan tells this trainer from the default one
+    device: Device
+    epochs: int
+    batch_size: int  # per rank (-b)
+    workers: int  # DataLoader workers per rank (-j)
+    label_smoothing: float
+    mixup_alpha: float
+    cutmix_alpha: float
+    lr_scheduler: LrScheduler
+    lr_step_size: int
+    lr_gamma: float
+    lr_warmup_epochs: int
+    lr_warmup_method: WarmupMethod
+    lr_warmup_decay: float
+    norm_weight_decay: float | None  # null: optimizer.weight_decay
+    clip_grad_norm: float | None  # null: no clipping
+    model_ema: bool
+    model_ema_steps: int
+    model_ema_decay: float
+    sync_bn: bool
+    test_only: bool
+    precision: ClassifyPrecision
+    execution_mode: ExecutionMode
+    deterministic: bool
+    spikes: SpikesConfig
+    early_stopping: EarlyStoppingConfig
+
+    def __post_init__(self) -> None:
+        if self.name != "classify":
+            raise ConfigError("trainer.name", self.name, "classify")
+        _at_least("epochs", self.epochs, 1)
+        _at_least("batch_size", self.batch_size, 1)
+        _at_least("workers", self.workers, 0)
+        _non_negative("label_smoothing", self.label_smoothing)
+        _non_negative("mixup_alpha", self.mixup_alpha)
+        _non_negative("cutmix_alpha", self.cutmix_alpha)
+        _non_negative("lr_warmup_decay", self.lr_warmup_decay)
+        _non_negative("lr_gamma", self.lr_gamma)
+        if self.label_smoothing >= 1:
+            raise ConfigError("trainer.label_smoothing", self.label_smoothing, "from 0 to < 1")
+        _at_least("lr_step_size", self.lr_step_size, 1)
+        _at_least("lr_warmup_epochs", self.lr_warmup_epochs, 0)
+        if self.lr_scheduler == LrScheduler.cosa and self.lr_warmup_epochs >= self.epochs:
+            raise ConfigError(
+                "trainer.lr_warmup_epochs",
+                self.lr_warmup_epochs,
+                f"below trainer.epochs={self.epochs}: lr_scheduler=cosa anneals over the "
+                "epochs after the warm-up",
+            )
+        _non_negative("norm_weight_decay", self.norm_weight_decay)
+        if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
+            raise ConfigError(
+                "trainer.clip_grad_norm", self.clip_grad_norm, "a number > 0, e.g. 1e-3"
+            )
+        _at_least("model_ema_steps", self.model_ema_steps, 1)
+        if not 0 < self.model_ema_decay < 1:
+            raise ConfigError(
+                "trainer.model_ema_decay",
+                self.model_ema_decay,
+                "a number between 0 and 1, e.g. 0.999",
+            )
+
+
+def trainer_schema(name: str | None) -> type:
+    """A trainer node's schema: trainer=classify names itself, trainer=default does not."""
+    return ClassifyTrainerConfig if name == "classify" else TrainerConfig
