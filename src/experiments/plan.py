@@ -18,7 +18,6 @@ from omegaconf import DictConfig
 from experiments import families, loggers, schemas
 from experiments.composition import _placeholder_root_for_dry_run, _resolve
 from experiments.errors import ConfigError
-from experiments.known_keys import check_known_keys
 from experiments.run import early_stopping
 from experiments.run.recorded_config import check_against_record
 from experiments.sweepers.search_config import check_direction, search_pruner
@@ -63,7 +62,6 @@ def build_plan(
     cfg = _placeholder_root_for_dry_run(cfg)
     values = _resolve(cfg)
     run_dir = Path(run_dir)
-    check_known_keys(values, choices)
     schemas.check(cfg, values, choices)  # each typed node's ranges and rules (schemas/)
     loggers.validate(values.get("logger"))
     if check_record and values.get("resume") is not None:

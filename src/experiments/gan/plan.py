@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from experiments import data as data_group
-from experiments import validation as check
 from experiments.data.image_files import gan_image_root
 from experiments.errors import ConfigError
 from experiments.gan import ddp as gan_ddp
@@ -266,7 +265,6 @@ def _per_rank_batch(recipe: GANRecipe, trainer: dict[str, Any], data_parallel: i
     wanted = trainer.get("global_batch_size")
     if wanted is None:
         return recipe
-    wanted = check.integer(wanted, "trainer.global_batch_size", minimum=1)
     if wanted % data_parallel:
         below = wanted - wanted % data_parallel
         near = " or ".join(str(n) for n in sorted({below or data_parallel, below + data_parallel}))
@@ -348,4 +346,3 @@ def _check_trainer(trainer: dict[str, Any]) -> None:
                 f"{default}: the spike and energy measurement is for SNN models (a GAN's "
                 "generator and discriminator do not spike)",
             )
-    check.integer(trainer["workers"], "trainer.workers", minimum=0)

@@ -31,7 +31,7 @@ from experiments.schemas.launcher import LAUNCHER_SCHEMAS
 from experiments.schemas.logger import LOGGER_SCHEMAS
 from experiments.schemas.run import RunConfig
 from experiments.schemas.topology import TopologyConfig
-from experiments.schemas.trainer import EarlyStoppingConfig, SpikesConfig
+from experiments.schemas.trainer import ClassifyTrainerConfig, TrainerConfig, trainer_schema
 
 # ConfigStore name -> schema; a yaml option names its schema in its defaults list by this name
 SCHEMAS: dict[str, type] = {
@@ -44,8 +44,8 @@ SCHEMAS: dict[str, type] = {
     "logger_csv_schema": LOGGER_SCHEMAS["csv"],
     "logger_mlflow_schema": LOGGER_SCHEMAS["mlflow"],
     "logger_wandb_schema": LOGGER_SCHEMAS["wandb"],
-    "trainer_spikes_schema": SpikesConfig,
-    "trainer_early_stopping_schema": EarlyStoppingConfig,
+    "trainer_default_schema": TrainerConfig,
+    "trainer_classify_schema": ClassifyTrainerConfig,
 }
 
 
@@ -90,9 +90,7 @@ def _schemas_of(cfg: DictConfig) -> Iterator[tuple[str, type]]:
     for name in cfg.get("logger") or {}:
         if str(name) in LOGGER_SCHEMAS:  # another is refused by loggers.validate
             yield f"logger.{name}", LOGGER_SCHEMAS[str(name)]
-    for key, schema in (("spikes", SpikesConfig), ("early_stopping", EarlyStoppingConfig)):
-        if key in cfg.trainer:
-            yield f"trainer.{key}", schema
+    yield "trainer", trainer_schema(cfg.trainer.get("name"))
 
 
 def _typed(node: DictConfig, schema: type, path: str) -> DictConfig:
@@ -113,8 +111,13 @@ def _typed(node: DictConfig, schema: type, path: str) -> DictConfig:
 
 
 def _refuse_added_keys(path: str, node: DictConfig, choices: dict[str, Any]) -> None:
+    """In `node` and in its typed nodes (trainer.spikes, ...)."""
     schema = OmegaConf.get_type(node)
     refuse_unknown(f"{path}.", node, _fields(schema), where(path, choices))
+    for key in _fields(schema):
+        child = node.get(key)
+        if OmegaConf.is_dict(child) and dataclasses.is_dataclass(OmegaConf.get_type(child)):
+            _refuse_added_keys(f"{path}.{key}", child, choices)
 
 
 def _fields(schema: Any) -> frozenset[str]:

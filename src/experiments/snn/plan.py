@@ -397,7 +397,7 @@ def _checked_trainer(values: dict[str, Any]) -> tuple[bool, Any, dict[str, Any]]
             )
     if classify_plan.is_classify(values["trainer"]):
         classify_plan.check_resume(values.get("resume"), values["trainer"].get("test_only"))
-        return True, values.get("resume"), classify_plan.check_keys(values["trainer"])
+        return True, values.get("resume"), classify_plan.as_default_trainer(values["trainer"])
     return False, _resume(values.get("resume")), snn_trainer.checked(values["trainer"])
 
 
