@@ -96,20 +96,36 @@ def test_a_misspelt_key_in_a_sweep_is_one_line_for_each_point(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("file", "text", "args", "message"),
     [
-        ("experiment/mine.yaml", "# @package _global_\ntopology:\n  tensor_parallel_size: two\n",
-         ["experiment=mine"], "topology.tensor_parallel_size='two': an integer (in experiment/mine.yaml)"),
-        ("experiment/mine.yaml", "# @package _global_\ntrainer:\n  spikes:\n    imgs: 8\n",
-         ["experiment=mine"], "trainer.spikes.imgs: not a key of trainer.spikes; did you mean "
-         "trainer.spikes.images? (in experiment/mine.yaml)"),
+        (
+            "experiment/mine.yaml",
+            "# @package _global_\ntopology:\n  tensor_parallel_size: two\n",
+            ["experiment=mine"],
+            "topology.tensor_parallel_size='two': an integer (in experiment/mine.yaml)",
+        ),
+        (
+            "experiment/mine.yaml",
+            "# @package _global_\ntrainer:\n  spikes:\n    imgs: 8\n",
+            ["experiment=mine"],
+            "trainer.spikes.imgs: not a key of trainer.spikes; did you mean "
+            "trainer.spikes.images? (in experiment/mine.yaml)",
+        ),
         # an option of the user's own that does not name its schema is typed all the same
-        ("topology/mine.yaml", "name: mine\ndata_parallel: ddp\ntensor_parallel_size: 0\n"
-         "pipeline_parallel_size: 1\npipeline_microbatches: 1\n",
-         ["topology=mine"], "topology.tensor_parallel_size=0: a positive integer"),
-        ("topology/mine.yaml", "name: mine\ndata_parallel: zero3\ntensor_parallel_size: 1\n"
-         "pipeline_parallel_size: 1\npipeline_microbatches: 1\n",
-         ["topology=mine"], "topology.data_parallel='zero3': one of ddp, fsdp2"),
+        (
+            "topology/mine.yaml",
+            "name: mine\ndata_parallel: ddp\ntensor_parallel_size: 0\n"
+            "pipeline_parallel_size: 1\npipeline_microbatches: 1\n",
+            ["topology=mine"],
+            "topology.tensor_parallel_size=0: a positive integer",
+        ),
+        (
+            "topology/mine.yaml",
+            "name: mine\ndata_parallel: zero3\ntensor_parallel_size: 1\n"
+            "pipeline_parallel_size: 1\npipeline_microbatches: 1\n",
+            ["topology=mine"],
+            "topology.data_parallel='zero3': one of ddp, fsdp2",
+        ),
     ],
-)  # fmt: skip
+)
 def test_configs_of_the_users_own_are_typed_too(
     file: str, text: str, args: list[str], message: str, tmp_path: Path
 ) -> None:

@@ -51,6 +51,8 @@ OPEN_GROUPS = ("model", "data", "optimizer")
 # override it cannot parse), which it prints as their message, and OmegaConf's
 COMPOSITION_ERRORS = (CompactHydraException, OmegaConfBaseException)
 
+# Whether this process set HYDRA_FULL_ERROR (and must take it back), and whether Hydra has
+# composed the config (from then on its errors are a run's, reported by Hydra).
 _state = {"ours": False, "composed": False}
 
 
@@ -83,10 +85,13 @@ def refusal(
 
 
 def one_line(error: Exception) -> str:
-    """Hydra's or OmegaConf's message on one line, without OmegaConf's node details."""
+    """Hydra's or OmegaConf's message on one line, without OmegaConf's node details; an
+    override Hydra cannot parse named first (Hydra's message does not name it)."""
     lines = [line.strip() for line in str(error).splitlines()]
-    kept = [line for line in lines if line and not line.startswith(_DETAILS)]
-    return " ".join(kept)
+    kept = " ".join(line for line in lines if line and not line.startswith(_DETAILS))
+    if isinstance(error, OverrideParseException) and error.override:
+        return f"cannot parse the override {error.override!r}: {kept}"
+    return kept
 
 
 _DETAILS = ("full_key:", "object_type=", "reference_type=", "Config search path", "provider=")

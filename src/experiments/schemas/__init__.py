@@ -66,19 +66,19 @@ def check(cfg: DictConfig, values: dict[str, Any], choices: dict[str, Any]) -> N
     to a typed node) is refused with the nearest key it has."""
     refuse_unknown("", values, _fields(RunConfig), "the run config")
     RunConfig.from_values(values)
-    for path, node in group_nodes(cfg):
+    for path, node in _group_nodes(cfg, choices):
         _refuse_added_keys(path, node, choices)
         OmegaConf.to_object(node)
 
 
-def group_nodes(cfg: DictConfig) -> Iterator[tuple[str, DictConfig]]:
+def _group_nodes(cfg: DictConfig, choices: dict[str, Any]) -> Iterator[tuple[str, DictConfig]]:
     """(path, node) of each group's node that has a schema of ours. A node that an option of
     the user's own composed without naming its schema is typed here, so its values are
     checked all the same."""
     for path, schema in _schemas_of(cfg):
         node = OmegaConf.select(cfg, path)
         if OmegaConf.get_type(node) is not schema:
-            node = _typed(node, schema, path)
+            node = _typed(node, schema, path, choices)
         yield path, node
 
 
@@ -93,7 +93,7 @@ def _schemas_of(cfg: DictConfig) -> Iterator[tuple[str, type]]:
     yield "trainer", trainer_schema(cfg.trainer.get("name"))
 
 
-def _typed(node: DictConfig, schema: type, path: str) -> DictConfig:
+def _typed(node: DictConfig, schema: type, path: str, choices: dict[str, Any]) -> DictConfig:
     """`node` merged onto its schema, at its own path (so OmegaConf's errors name the key)."""
     from experiments.composition_errors import refusal
 
@@ -103,7 +103,7 @@ def _typed(node: DictConfig, schema: type, path: str) -> DictConfig:
     try:
         typed.merge_with(node)
     except Exception as error:
-        refused = refusal(error, [], dict)
+        refused = refusal(error, [], lambda: choices)
         if refused is None:
             raise
         raise refused from None
