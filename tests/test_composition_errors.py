@@ -41,9 +41,8 @@ def test_a_hydra_full_error_of_the_users_own_stays(monkeypatch: pytest.MonkeyPat
     [
         (
             ["trainer.epochs=["],
-            "error: cannot parse the override 'trainer.epochs=[': no viable "
-            "alternative at input '[' See https://hydra.cc/docs/1.2/advanced/override_grammar/basic "
-            "for details",
+            "error: cannot parse the override 'trainer.epochs=[': no viable alternative at "
+            "input '[' See https://hydra.cc/docs/1.2/advanced/override_grammar/basic for details",
         ),
         (
             ["--config-dir", "/no/such/folder"],

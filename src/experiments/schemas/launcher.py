@@ -7,11 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiments.errors import ConfigError
-
-
-def _at_least(key: str, value: int, minimum: int) -> None:
-    if value < minimum:
-        raise ConfigError(f"launcher.{key}", value, f"an integer >= {minimum}")
+from experiments.validation import integer, positive_number
 
 
 @dataclass
@@ -37,14 +33,11 @@ class TorchrunLauncherConfig:
     monitor_interval: float  # seconds between torchrun's checks of its ranks
 
     def __post_init__(self) -> None:
-        _at_least("nproc_per_node", self.nproc_per_node, 1)
-        _at_least("nnodes", self.nnodes, 1)
-        _at_least("node_rank", self.node_rank, 0)
-        _at_least("max_restarts", self.max_restarts, 0)
-        if not self.monitor_interval > 0:
-            raise ConfigError(
-                "launcher.monitor_interval", self.monitor_interval, "a number > 0, e.g. 1e-3"
-            )
+        integer(self.nproc_per_node, "launcher.nproc_per_node", minimum=1)
+        integer(self.nnodes, "launcher.nnodes", minimum=1)
+        integer(self.node_rank, "launcher.node_rank", minimum=0)
+        integer(self.max_restarts, "launcher.max_restarts", minimum=0)
+        positive_number(self.monitor_interval, "launcher.monitor_interval")
         if self.nnodes > 1 and not self.rdzv_endpoint:
             raise ConfigError(
                 "launcher.rdzv_endpoint",
@@ -78,15 +71,15 @@ class SlurmLauncherConfig:
     array_parallelism: int  # at most this many points of a sweep at once
 
     def __post_init__(self) -> None:
-        _at_least("nodes", self.nodes, 1)
-        _at_least("tasks_per_node", self.tasks_per_node, 1)
-        _at_least("gpus_per_node", self.gpus_per_node, 0)
-        _at_least("cpus_per_task", self.cpus_per_task, 1)
-        _at_least("mem_gb", self.mem_gb, 1)
-        _at_least("timeout_min", self.timeout_min, 1)
-        _at_least("max_requeues", self.max_requeues, 0)
-        _at_least("signal_delay_s", self.signal_delay_s, 0)
-        _at_least("array_parallelism", self.array_parallelism, 1)
+        integer(self.nodes, "launcher.nodes", minimum=1)
+        integer(self.tasks_per_node, "launcher.tasks_per_node", minimum=1)
+        integer(self.gpus_per_node, "launcher.gpus_per_node", minimum=0)
+        integer(self.cpus_per_task, "launcher.cpus_per_task", minimum=1)
+        integer(self.mem_gb, "launcher.mem_gb", minimum=1)
+        integer(self.timeout_min, "launcher.timeout_min", minimum=1)
+        integer(self.max_requeues, "launcher.max_requeues", minimum=0)
+        integer(self.signal_delay_s, "launcher.signal_delay_s", minimum=0)
+        integer(self.array_parallelism, "launcher.array_parallelism", minimum=1)
         if self.gpus_per_node and self.tasks_per_node != self.gpus_per_node:
             raise ConfigError(
                 "launcher.tasks_per_node",

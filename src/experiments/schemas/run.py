@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiments.errors import ConfigError
+from experiments.validation import integer
 
 # dry_run=...: train (false), print the plan (true), the plan as JSON, or the environment's
 # checks as a table (doctor). Not an enum: OmegaConf has no type for true/false or a word.
@@ -38,8 +39,7 @@ class RunConfig:
     logger: Any = None
 
     def __post_init__(self) -> None:
-        if self.seed < 0:
-            raise ConfigError("seed", self.seed, "an integer >= 0")
+        integer(self.seed, "seed", minimum=0)
         if self.dry_run not in DRY_RUNS:
             raise ConfigError("dry_run", self.dry_run, "one of false, true, json, doctor")
 

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from experiments.errors import ConfigError
+from experiments.validation import integer, non_negative_number, optional_integer, positive_number
 
 
 class EnergyCosts(StrEnum):
@@ -39,8 +40,7 @@ class SpikesConfig:
             raise ConfigError(
                 "trainer.spikes.images", self.images, "an integer >= 0 or auto (0: off)"
             )
-        if self.seed < 0:
-            raise ConfigError("trainer.spikes.seed", self.seed, "an integer >= 0")
+        integer(self.seed, "trainer.spikes.seed", minimum=0)
         if self.guard is not None and self.guard < 1:
             raise ConfigError(
                 "trainer.spikes.guard",
@@ -121,11 +121,6 @@ RETIRED_ENGINE = (
 )
 
 
-def _at_least(key: str, value: int | None, minimum: int) -> None:
-    if value is not None and value < minimum:
-        raise ConfigError(f"trainer.{key}", value, f"an integer >= {minimum}")
-
-
 @dataclass
 class TrainerConfig:
     """trainer=default (conf/trainer/default.yaml): SpikingJelly's train_classification for
@@ -156,21 +151,20 @@ class TrainerConfig:
     early_stopping: EarlyStoppingConfig
 
     def __post_init__(self) -> None:
-        _at_least("epochs", self.epochs, 1)
-        _at_least("max_steps", self.max_steps, 1)
-        _at_least("batch_size", self.batch_size, 1)
-        _at_least("global_batch_size", self.global_batch_size, 1)
-        _at_least("workers", self.workers, 0)
-        _at_least("checkpoint_interval", self.checkpoint_interval, 0)
-        _at_least("keep_checkpoints", self.keep_checkpoints, 1)
-        _at_least("log_every_n_steps", self.log_every_n_steps, 1)
-        _at_least("profile_steps", self.profile_steps, 0)
+        integer(self.epochs, "trainer.epochs", minimum=1)
+        optional_integer(self.max_steps, "trainer.max_steps", minimum=1)
+        integer(self.batch_size, "trainer.batch_size", minimum=1)
+        optional_integer(self.global_batch_size, "trainer.global_batch_size", minimum=1)
+        integer(self.workers, "trainer.workers", minimum=0)
+        integer(self.checkpoint_interval, "trainer.checkpoint_interval", minimum=0)
+        integer(self.keep_checkpoints, "trainer.keep_checkpoints", minimum=1)
+        integer(self.log_every_n_steps, "trainer.log_every_n_steps", minimum=1)
+        integer(self.profile_steps, "trainer.profile_steps", minimum=0)
         if self.engine == "cpu":
             raise ConfigError("trainer.engine", "cpu", RETIRED_ENGINE)
         if self.engine not in ENGINES:
             raise ConfigError("trainer.engine", self.engine, "one of " + ", ".join(ENGINES))
-        if not 0 <= self.memopt_level <= 4:
-            raise ConfigError("trainer.memopt_level", self.memopt_level, "an integer from 0 to 4")
+        integer(self.memopt_level, "trainer.memopt_level", minimum=0, maximum=4)
         if self.fp8_recipe != Fp8Recipe.auto and self.precision != Precision.fp8:
             raise ConfigError(
                 "trainer.fp8_recipe",
@@ -206,11 +200,6 @@ class WarmupMethod(StrEnum):
 class ClassifyPrecision(StrEnum):
     fp32 = "fp32"
     amp = "amp"  # fp16 autocast + GradScaler (CUDA)
-
-
-def _non_negative(key: str, value: float | None) -> None:
-    if value is not None and not value >= 0:
-        raise ConfigError(f"trainer.{key}", value, "a number >= 0")
 
 
 @dataclass
@@ -249,18 +238,18 @@ class ClassifyTrainerConfig:
     def __post_init__(self) -> None:
         if self.name != "classify":
             raise ConfigError("trainer.name", self.name, "classify")
-        _at_least("epochs", self.epochs, 1)
-        _at_least("batch_size", self.batch_size, 1)
-        _at_least("workers", self.workers, 0)
-        _non_negative("label_smoothing", self.label_smoothing)
-        _non_negative("mixup_alpha", self.mixup_alpha)
-        _non_negative("cutmix_alpha", self.cutmix_alpha)
-        _non_negative("lr_warmup_decay", self.lr_warmup_decay)
-        _non_negative("lr_gamma", self.lr_gamma)
+        integer(self.epochs, "trainer.epochs", minimum=1)
+        integer(self.batch_size, "trainer.batch_size", minimum=1)
+        integer(self.workers, "trainer.workers", minimum=0)
+        non_negative_number(self.label_smoothing, "trainer.label_smoothing")
+        non_negative_number(self.mixup_alpha, "trainer.mixup_alpha")
+        non_negative_number(self.cutmix_alpha, "trainer.cutmix_alpha")
+        non_negative_number(self.lr_warmup_decay, "trainer.lr_warmup_decay")
+        non_negative_number(self.lr_gamma, "trainer.lr_gamma")
         if self.label_smoothing >= 1:
             raise ConfigError("trainer.label_smoothing", self.label_smoothing, "from 0 to < 1")
-        _at_least("lr_step_size", self.lr_step_size, 1)
-        _at_least("lr_warmup_epochs", self.lr_warmup_epochs, 0)
+        integer(self.lr_step_size, "trainer.lr_step_size", minimum=1)
+        integer(self.lr_warmup_epochs, "trainer.lr_warmup_epochs", minimum=0)
         if self.lr_scheduler == LrScheduler.cosa and self.lr_warmup_epochs >= self.epochs:
             raise ConfigError(
                 "trainer.lr_warmup_epochs",
@@ -268,12 +257,11 @@ class ClassifyTrainerConfig:
                 f"below trainer.epochs={self.epochs}: lr_scheduler=cosa anneals over the "
                 "epochs after the warm-up",
             )
-        _non_negative("norm_weight_decay", self.norm_weight_decay)
-        if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
-            raise ConfigError(
-                "trainer.clip_grad_norm", self.clip_grad_norm, "a number > 0, e.g. 1e-3"
-            )
-        _at_least("model_ema_steps", self.model_ema_steps, 1)
+        if self.norm_weight_decay is not None:
+            non_negative_number(self.norm_weight_decay, "trainer.norm_weight_decay")
+        if self.clip_grad_norm is not None:
+            positive_number(self.clip_grad_norm, "trainer.clip_grad_norm")
+        integer(self.model_ema_steps, "trainer.model_ema_steps", minimum=1)
         if not 0 < self.model_ema_decay < 1:
             raise ConfigError(
                 "trainer.model_ema_decay",
