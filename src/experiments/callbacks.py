@@ -210,10 +210,9 @@ def _compose_point(config: DictConfig, overrides: list[str]) -> DictConfig:
     from hydra import compose
     from omegaconf import open_dict
 
-    from experiments.composition_errors import choices_of
-
     name = config.hydra.job.config_name
-    with composition_errors.refused_as_config_errors(overrides, choices_of(name, overrides)):
+    choices = composition_errors.choices_of(name, overrides)  # (asked only when refused)
+    with composition_errors.refused_as_config_errors(overrides, choices):
         cfg = compose(name, overrides, return_hydra_config=True)
     with open_dict(cfg):
         cfg.hydra.sweeper = config.hydra.sweeper
