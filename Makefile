@@ -2,7 +2,7 @@
 # GANs need MMGeneration on mmcv-full, a 20-30 minute build the first time (the wheel is then
 # cached in ~/.cache/experiments/wheels): `make setup-gan`. SNN-only users never wait for it;
 # `make test` installs everything because the suite covers both families.
-.PHONY: setup setup-gan setup-loggers train test check lint bench mutants
+.PHONY: setup setup-gan setup-loggers setup-dashboard train test check lint bench mutants
 
 setup:
 	./scripts/setup.sh
@@ -14,6 +14,12 @@ setup-gan: setup
 # The list is pyproject's `loggers` extra (installing ".[loggers]" would rebuild the package).
 setup-loggers: setup
 	.venv/bin/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['loggers'], sep='\n')" \
+		| xargs -d '\n' .venv/bin/python -m pip install --quiet
+
+# Optuna's web dashboard (optional): `experiments-report SWEEP --dashboard` serves a search's
+# study in it (docs/sweeps.md). The list is pyproject's `dashboard` extra.
+setup-dashboard: setup
+	.venv/bin/python -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['dashboard'], sep='\n')" \
 		| xargs -d '\n' .venv/bin/python -m pip install --quiet
 
 # The main job is the named recipe conf/experiment/digits_sew_resnet18.yaml; ARGS add overrides.
@@ -29,12 +35,12 @@ XDIST = -n 3 --dist loadfile --no-loadscope-reorder
 # (measured the same day: 200 s with two, 221 s with three).
 CHECK_XDIST = -n 2 --dist loadfile --no-loadscope-reorder
 
-test: setup-gan setup-loggers
+test: setup-gan setup-loggers setup-dashboard
 	.venv/bin/python -m pytest $(XDIST) --durations=20 $(PYTEST_ARGS)
 
 # The inner loop (~3.5 min on a fast day): config validation, the whole config matrix, one tiny
 # real run per family (tests marked `smoke`). CI still runs `make test`.
-check: setup-gan setup-loggers
+check: setup-gan setup-loggers setup-dashboard
 	.venv/bin/python -m pytest $(CHECK_XDIST) -m "not slow or smoke" --durations=10 $(PYTEST_ARGS)
 
 lint: setup

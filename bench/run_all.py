@@ -13,7 +13,7 @@ import platform
 import time
 from pathlib import Path
 
-from bench import gan_overhead, snn_overhead, startup, sweep_scale, topology_cost
+from bench import gan_overhead, input_pipeline, snn_overhead, startup, sweep_scale, topology_cost
 from bench.common import REPO
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
@@ -49,6 +49,7 @@ def main() -> None:
         *startup.measure(repeats=1 if args.quick else 5),
         *topology_cost.measure(steps=30, profile_steps=1 if args.quick else 5, quick=args.quick),
         *sweep_scale.measure(quick=args.quick),
+        *input_pipeline.measure_rows(quick=args.quick),
     ]
     header = (
         f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()}, "

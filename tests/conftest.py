@@ -322,6 +322,28 @@ def run_tool(
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+def tool_in_process(
+    module: str, argv: list[str], capsys: pytest.CaptureFixture
+) -> tuple[int, str, str]:
+    """experiments-<module> (sample, export or eval) through its main() in this process, without
+    a process start-up (~5 s of imports for a GAN run's tools): (exit status, stdout, stderr)."""
+    if module == "sample":
+        from experiments.gan.sample import main
+    elif module == "export":
+        from experiments.export import main
+    else:
+        from experiments.evaluate import main
+    saved = sys.argv
+    sys.argv = [f"experiments-{module}", *map(str, argv)]
+    try:
+        with pytest.raises(SystemExit) as stop:
+            main()
+    finally:
+        sys.argv = saved
+    out, err = capsys.readouterr()
+    return int(stop.value.code or 0), out, err
+
+
 @pytest.fixture(scope="module")
 def module_tmp(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
     """tmp_path_factory.mktemp for module-scoped fixtures, removed when the module ends.
@@ -503,6 +525,49 @@ def imagefolder(imagefolder_session: Path) -> Path:
     return imagefolder_session
 
 
+class DatasetFiles:
+    """The papers' datasets in their real on-disk formats, tiny (tests/support/datasets.py),
+    each written once per test session and shared: `cifar("cifar10")`, `cifar("cifar100")`,
+    `events("dvs128_gesture" | "cifar10_dvs" | "n_mnist" | "n_caltech101")` return the folder
+    to pass as `data.root`. A run on an event root leaves its frame cache there
+    (`frames_number_<T>_split_by_<how>/`), which later runs of the session read. A test that
+    changes a root (breaks it, or must see the cache built) writes its own with
+    `support.datasets.write_cifar` / `write_events`. CIFAR runs need torchvision's md5 check
+    skipped: `cifar_env()` for a process a test starts, `skip_cifar_md5()` in this one."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.roots: dict[str, Path] = {}
+
+    def cifar(self, variant: str = "cifar10") -> Path:
+        from .support.datasets import write_cifar
+
+        if variant not in self.roots:
+            self.roots[variant] = write_cifar(self.folder / variant, variant)
+        return self.roots[variant]
+
+    def events(self, name: str) -> Path:
+        from .support.datasets import write_events
+
+        if name not in self.roots:
+            self.roots[name] = write_events(self.folder / name, name)
+        return self.roots[name]
+
+    @staticmethod
+    def cifar_env() -> dict[str, str]:
+        """The environment of a child process that reads the synthetic CIFAR files."""
+        from .support.datasets import SKIP_CIFAR_MD5
+
+        site = str(Path(__file__).parent / "support" / "site")
+        return {"PYTHONPATH": on_python_path(site), SKIP_CIFAR_MD5: "1"}
+
+
+@pytest.fixture(scope="session")
+def dataset_files(tmp_path_factory: pytest.TempPathFactory) -> DatasetFiles:
+    """Tiny CIFAR and event datasets on disk, shared by the session (see DatasetFiles)."""
+    return DatasetFiles(tmp_path_factory.mktemp("datasets"))
+
+
 def unreadable_imagefolder(root: Path, classes: int = 10) -> Path:
     """An image folder that passes validation (train/ and val/, `classes` class folders) but
     fails at run time: its .png files are not images."""
@@ -549,7 +614,9 @@ def pytest_terminal_summary(terminalreporter) -> None:
 # `make test` runs the suite on three pytest-xdist workers (`-n 3 --dist loadfile`): much of it
 # waits (process start-up, Slurm's scheduler, a rank's collective), so three files at a time
 # keep two cores busy. A file is a unit (its module fixtures are built once); the longest files
-# go first, so the workers end together instead of one starting a long file last.
+# go first, so the workers end together instead of one starting a long file last. (Files not
+# listed follow in name order: test_sweep_scale.py, 1.5-3 min, was one of the last to start.
+# test_configs.py plans ~1,650 combinations in one process at ~0.1-0.16 CPU-s each.)
 LONGEST_FIRST = (
     "test_spikingjelly_loop.py",
     "test_multinode.py",
@@ -560,15 +627,21 @@ LONGEST_FIRST = (
     "test_gan_distributed.py",
     "test_sweeps.py",
     "test_gpu_check.py",
+    "test_configs.py",
+    "test_bench.py",
     "test_gan_recipes.py",
     "test_gan_sample_eval.py",
+    "test_main_job.py",
+    "test_loggers.py",
+    "test_sweep_scale.py",
     "test_fault_tolerance.py",
     "test_spikingjelly_loop_guarantees.py",
     "test_slurm.py",
     "test_search.py",
+    "test_slurm_walk_away.py",
+    "test_preflight.py",
     "test_refusals.py",
     "test_train.py",
-    "test_configs.py",
     "test_eval.py",
     "test_classify.py",
     "test_zoo.py",

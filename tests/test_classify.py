@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from experiments.errors import ConfigError
-from experiments.snn import classify_plan, spikes
+from experiments.snn import classify_plan, spikes_file
 from experiments.snn.engines import classify
 from experiments.snn.models import build_single_process_model
 
@@ -187,7 +187,7 @@ def test_ddp_on_two_gloo_ranks_keeps_the_replicas_equal(tmp_path: Path) -> None:
     assert len(_moved(state, untrained)) == len(list(untrained.parameters()))
     assert len(read_jsonl(run_dir / "metrics.jsonl")) == 1
     # the spike measurement's slice (the 32 validation images) counted once: 16 a rank, summed
-    (measured,) = spikes.read(run_dir)
+    (measured,) = spikes_file.read(run_dir)
     assert measured["images"] == 32 and measured["step"] == 1
     assert metrics["firing_rate"] == measured["firing_rate"] > 0
 

@@ -32,6 +32,32 @@ MODELS = options("model")
 TOPOLOGIES = options("topology")
 LAUNCHERS = options("launcher")
 DATA = options("data")
+# The papers' architectures (docs/models.md) are pinned on one data option each: their verdicts
+# follow their capabilities (TP heads, stages, input), which the data options do not change; the
+# whole product would plan 60 more combinations a model (~8 s of CPU). Options of the same config
+# class as one pinned here plan alike at these topologies' sizes; tests/test_models.py plans
+# each of them (parameter counts) and their own refusals (TP over 12 heads, PP over 2 blocks).
+PAPER_MODELS = ("sew_dvs128_gesture", "spikformer_2_256", "spikformer_4_384")
+LIKE_A_PINNED_ONE = {
+    "sew_cifar10_dvs": "sew_dvs128_gesture",
+    "spikformer_8_384": "spikformer_4_384",
+    "spikformer_8_512": "spikformer_4_384",
+    "spikformer_8_768": "spikformer_4_384",
+}
+MATRIX_MODELS = [model for model in MODELS if model not in LIKE_A_PINNED_ONE]
+# The input size a model needs on the matrix's data options.
+MODEL_OVERRIDES = {
+    "spikformer_cifar10": ["data.image_size=32"],
+    "sew_dvs128_gesture": ["data.image_size=128"],
+}
+
+
+def matrix_data(model: str) -> list[str]:
+    return ["synthetic"] if model in PAPER_MODELS else MATRIX_DATA
+
+
+def model_overrides(model: str) -> list[str]:
+    return MODEL_OVERRIDES.get(model, [])
 
 
 def test_groups_hold_what_the_product_card_names() -> None:
@@ -51,13 +77,26 @@ def test_groups_hold_what_the_product_card_names() -> None:
         "spiking_vgg16_bn",
         "zoo_sew_resnet18",
         "zoo_sew_resnet152",
+        *PAPER_MODELS,
+        *LIKE_A_PINNED_ONE,
         "dcgan",
         "lsgan",
         "ggan",
     } <= set(MODELS)
     assert TOPOLOGIES == ["channel_tp", "ddp", "fsdp2", "pp", "single"]
     assert LAUNCHERS == ["local", "slurm", "torchrun"]
-    assert DATA == ["digits", "digits_sequence", "imagefolder", "synthetic"]
+    assert DATA == [
+        "cifar10",
+        "cifar100",
+        "cifar10_dvs",
+        "digits",
+        "digits_sequence",
+        "dvs128_gesture",
+        "imagefolder",
+        "n_caltech101",
+        "n_mnist",
+        "synthetic",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -101,6 +140,12 @@ def _launcher_overrides(launcher: str, world: int) -> list[str]:
 
 
 MATRIX_FILE = Path(__file__).parent / "data" / "config_matrix.csv"
+# The papers' datasets (a data.root of files on disk) have a matrix of their own
+# (config_matrix_datasets.csv): their verdicts turn on the model (channels, input size, classes),
+# not on the topology or launcher, and a plan costs ~0.1-0.5 s, so the full product of six more
+# options (~2,000 plans) would cost minutes of suite time.
+DATASETS = ["cifar10", "cifar100", "cifar10_dvs", "dvs128_gesture", "n_caltech101", "n_mnist"]
+MATRIX_DATA = [option for option in DATA if option not in DATASETS]
 
 
 def _matrix() -> dict[tuple[str, str, str, str], str]:
@@ -113,7 +158,12 @@ MATRIX = _matrix()
 
 
 def test_the_matrix_pins_every_combination_of_the_groups() -> None:
-    assert set(MATRIX) == set(itertools.product(MODELS, TOPOLOGIES, LAUNCHERS, DATA))
+    assert set(MATRIX) == {
+        (model, topology, launcher, data)
+        for model, topology, launcher in itertools.product(MATRIX_MODELS, TOPOLOGIES, LAUNCHERS)
+        for data in matrix_data(model)
+    }
+    assert set(DATASET_MATRIX) == set(itertools.product(DATASET_MODELS, DATASETS))
 
 
 @pytest.mark.parametrize(("model", "topology", "launcher", "data"), sorted(MATRIX))
@@ -135,8 +185,7 @@ def test_every_combination_plans_or_is_refused_naming_the_pinned_key(
     if data == "imagefolder":
         folder = request.getfixturevalue("imagefolder")
         overrides += [f"data.root={folder}", "data.num_classes=10"]
-    if model == "spikformer_cifar10":
-        overrides.append("data.image_size=32")
+    overrides += model_overrides(model)
     expected = MATRIX[(model, topology, launcher, data)]
     plan = _plan_or_pinned_refusal(overrides, expected)
     if plan is None:
@@ -160,6 +209,49 @@ def test_every_combination_plans_or_is_refused_naming_the_pinned_key(
         # the spike and energy measurement is planned for every SNN model, an equal share a rank
         assert plan.spikes.active and plan.spikes.images >= 32
         assert plan.spikes.images % dp == 0
+
+
+DATASET_MATRIX_FILE = Path(__file__).parent / "data" / "config_matrix_datasets.csv"
+# One model of each kind of config: ours (SEW-ResNet, Spikformer-Ti), SpikingJelly's fixed-size
+# CIFAR Spikformer, a zoo factory, a GAN.
+DATASET_MODELS = [
+    "sew_resnet18",
+    "spikformer_tiny",
+    "spikformer_cifar10",
+    "zoo_sew_resnet18",
+    "dcgan",
+]
+
+
+def _dataset_matrix() -> dict[tuple[str, str], str]:
+    text = DATASET_MATRIX_FILE.read_text().splitlines()
+    rows = csv.DictReader([line for line in text if not line.startswith("#")])
+    return {(r["model"], r["data"]): r["verdict"] for r in rows}
+
+
+DATASET_MATRIX = _dataset_matrix()
+
+
+@pytest.mark.parametrize(("model", "data"), sorted(DATASET_MATRIX))
+def test_each_dataset_plans_or_is_refused_naming_the_pinned_key(
+    model: str, data: str, dataset_files: Any
+) -> None:
+    """tests/data/config_matrix_datasets.csv: each model kind on each of the papers' datasets
+    (tiny real files, topology=single, launcher=local) plans, or is refused on the pinned key;
+    what plans reads the files' own sample counts for its schedule."""
+    from .support.datasets import skip_cifar_md5
+
+    images = data in ("cifar10", "cifar100")
+    root = dataset_files.cifar(data) if images else dataset_files.events(data)
+    extra = ["data.train_ratio=0.5"] if data == "n_caltech101" else []
+    with skip_cifar_md5():
+        plan = _plan_or_pinned_refusal(
+            [f"model={model}", f"data={data}", f"data.root={root}", *extra],
+            DATASET_MATRIX[(model, data)],
+        )
+    if plan is not None:
+        assert plan.training_config.dataset_kwargs["root"] == str(root)
+        assert plan.training_config.input_layout == ("NCHW" if images else "NTCHW")
 
 
 # (dp, pp, tp) and the data-parallel kind of each topology at world size 4 (conf/topology/).
@@ -255,6 +347,8 @@ def test_gpu_slurm_run_plans_spikingjellys_trainer_with_nccl() -> None:
 
 
 TRAINER_FILE = Path(__file__).parent / "data" / "config_matrix_trainers.csv"
+# Of the papers' architectures, one a config class: the trainers treat the others alike.
+TRAINER_MODELS = [model for model in MATRIX_MODELS if model != "spikformer_2_256"]
 TRAINERS = {"classify": ["trainer=classify"], "spikingjelly": ["trainer.engine=spikingjelly"]}
 
 
@@ -270,7 +364,7 @@ TRAINER_MATRIX = _trainer_matrix()
 
 
 def test_the_trainer_matrix_pins_every_trainer_model_and_topology() -> None:
-    assert set(TRAINER_MATRIX) == set(itertools.product(TRAINERS, MODELS, TOPOLOGIES))
+    assert set(TRAINER_MATRIX) == set(itertools.product(TRAINERS, TRAINER_MODELS, TOPOLOGIES))
 
 
 @pytest.mark.parametrize(("trainer", "model", "topology"), sorted(TRAINER_MATRIX))
@@ -287,7 +381,7 @@ def test_every_trainer_plans_or_is_refused_naming_the_pinned_key(
         "launcher=torchrun",
         *_launcher_overrides("torchrun", world),
         *TRAINERS[trainer],
-        *(["data.image_size=32"] if model == "spikformer_cifar10" else []),
+        *model_overrides(model),
     ]
     expected, engine = TRAINER_MATRIX[(trainer, model, topology)]
     plan = _plan_or_pinned_refusal(overrides, expected)

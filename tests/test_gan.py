@@ -27,7 +27,7 @@ from PIL import Image
 from experiments.errors import ConfigError
 from experiments.gan.plan import GANPlan
 
-from .conftest import CLI, REPO, plan_for, read_jsonl, run_cli
+from .conftest import CLI, REPO, plan_for, read_jsonl, run_cli, run_cli_in_process
 from .recorded_data import read_indices
 
 pytestmark = pytest.mark.gan
@@ -163,9 +163,8 @@ def test_fsdp2_tp_and_pp_are_rejected_for_gans(topology: str) -> None:
     assert "topology=single or topology=ddp" in str(error.value)
 
 
-@pytest.mark.slow  # starts the CLI
 def test_slurm_dry_run_plans_the_gan_as_a_one_point_sweep(tmp_path: Path) -> None:
-    result = run_cli(
+    result = run_cli_in_process(
         ["model=dcgan", "topology=ddp", "launcher=slurm", "launcher.tasks_per_node=2",
          "dry_run=json", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
         cwd=tmp_path,

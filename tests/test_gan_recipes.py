@@ -2,8 +2,10 @@
 
 Budget: one module-scoped run (`trained`, LEARN_ITERS iterations at the yaml's CPU size) is read
 by every slow test: learning (SWD against the untrained generator), conditioning (a digits
-classifier trained here labels the grid's rows), the EMA generator (samples, checkpoint) and
-one resumed iteration from its half-way checkpoint. Everything else plans in-process.
+classifier trained here labels the grid's rows), the EMA generator (samples, checkpoint),
+experiments-sample and experiments-export of a class-conditional EMA model (their main() in
+this process: test_gan_sample_eval.py runs each console script once as a real process) and one
+resumed iteration from its half-way checkpoint. Everything else plans in-process.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from PIL import Image
 from experiments.errors import ConfigError
 from experiments.gan.plan import GANPlan
 
-from .conftest import plan_for, read_jsonl, run_cli
+from .conftest import plan_for, read_jsonl, run_cli, tool_in_process
 
 pytestmark = pytest.mark.gan
 
@@ -314,3 +316,93 @@ def test_resume_restores_the_generator_and_its_ema(trained: Path, tmp_path: Path
         )
     discriminator = [k for k in before if k.startswith("discriminator.") and k.endswith("_orig")]
     assert any(not torch.equal(before[k], after[k]) for k in discriminator)  # it did train
+
+
+@pytest.mark.slow
+def test_sample_of_a_conditional_ema_model_draws_rows_of_classes_from_the_ema_generator(
+    trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    def sample(*arguments: str) -> tuple[np.ndarray, np.ndarray, str]:
+        """(grid, labels, stdout) of one call, with --npz."""
+        out = tmp_path / f"{len(list(tmp_path.iterdir()))}.png"
+        code, stdout, err = tool_in_process(
+            "sample", [trained, *arguments, "--npz", "--out", out], capsys
+        )
+        assert code == 0, err
+        saved = np.load(out.with_suffix(".npz"))
+        sides.add(saved["images"].shape[1])
+        return np.asarray(Image.open(out)), saved["labels"], stdout
+
+    sides: set[int] = set()  # the recipe's image side (model.scale)
+    grid, labels, stdout = sample("--num", "20")  # 10 classes: one row each, 2 a row
+    assert ", ema," in stdout  # the EMA generator by default
+    (side,) = sides
+    assert grid.shape == (10 * side, 2 * side)
+    assert labels.tolist() == [c for c in range(10) for _ in range(2)]
+    raw, _, stdout = sample("--num", "20", "--no-ema")
+    assert ", generator," in stdout
+    assert not np.array_equal(grid, raw)  # same noise and labels, other weights
+    # The oracle is not the sampler's own label: MMGen's EMA generator and raw generator,
+    # called directly with the same seed and labels, draw exactly the npz images of each call.
+    from experiments.gan.evaluate import checkpoint_of, load_model, recorded_plan
+    from experiments.gan.quality import seeded
+    from experiments.gan.sample import as_uint8
+
+    model, _ = load_model(recorded_plan(trained, []), checkpoint_of(trained, None))
+    drawn = {}
+    for name in ("generator_ema", "generator"):
+        with torch.no_grad(), seeded(0):
+            drawn[name] = as_uint8(
+                getattr(model, name)(None, num_batches=20, label=torch.as_tensor(labels))
+            )
+    saved = sorted(tmp_path.glob("*.npz"))
+    assert np.array_equal(np.load(saved[0])["images"], drawn["generator_ema"])
+    assert np.array_equal(np.load(saved[1])["images"], drawn["generator"])
+    _, labels, _ = sample("--num", "6", "--class", "3")
+    assert labels.tolist() == [3] * 6
+    code, _, err = tool_in_process("sample", [trained, "--class", "10"], capsys)
+    assert code == 2 and "--class 10: a class of the model: 0..9" in err
+
+
+@pytest.mark.slow
+def test_an_export_of_the_ema_generator_samples_the_same_png_bytes(
+    trained: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """experiments-export of a GAN run: the EMA generator by default (--no-ema: the raw
+    one), a plain state dict in MMGen's key layout that MMGen's own builder takes strictly;
+    experiments-sample FILE draws the same PNG bytes as the run's checkpoint, seed for seed."""
+    from experiments.gan.mmgen_compat import install_ada_stub
+
+    install_ada_stub()  # PyPI's mmgen lacks stylegan/ada/, which mmgen.models imports
+    from mmgen.models import build_module
+
+    exports = {}
+    for ema in ("true", "false"):
+        out = tmp_path / f"generator_{ema}.pt"
+        flag = "--ema" if ema == "true" else "--no-ema"
+        code, _, err = tool_in_process("export", [trained, "--out", out, flag], capsys)
+        assert code == 0, err
+        exports[ema] = out
+        sidecar = json.loads(out.with_name(out.name + ".json").read_text())
+        assert (sidecar["family"], sidecar["ema"], sidecar["run_dir"]) == (
+            "gan",
+            ema == "true",
+            str(trained),
+        )
+        generator = build_module(sidecar["generator"])  # MMGen's builder, our file
+        generator.load_state_dict(torch.load(out, weights_only=True), strict=True)
+    code, _, err = tool_in_process("export", [trained, "--out", tmp_path / "x.pt"], capsys)
+    assert code == 0 and json.loads((tmp_path / "x.pt.json").read_text())["ema"] is True
+
+    def png(target: Path, *arguments: str) -> bytes:
+        out = tmp_path / f"sample_{len(list(tmp_path.glob('sample_*')))}.png"
+        argv = [target, "--num", 20, "--seed", 5, *arguments, "--out", out]
+        code, _, err = tool_in_process("sample", argv, capsys)
+        assert code == 0, err
+        return out.read_bytes()
+
+    assert png(exports["true"]) == png(trained)  # EMA, as the run samples by default
+    assert png(exports["false"]) == png(trained, "--no-ema")
+    assert png(exports["true"]) != png(exports["false"])
+    code, _, err = tool_in_process("sample", [exports["true"], "--no-ema"], capsys)
+    assert code == 2 and "holds the EMA generator only" in err

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from .conftest import run_cli, run_tool
+from .conftest import run_cli, run_tool, tool_in_process
 
 pytestmark = [pytest.mark.gan, pytest.mark.slow]
 
@@ -51,27 +51,6 @@ def run(module_tmp: Callable[[str], Path], imagefolder_session: Path) -> tuple[P
 
 def _checkpoint(run_dir: Path, iteration: int) -> Path:
     return run_dir / "ckpt" / run_dir.name / f"iter_{iteration}.pth"
-
-
-def _main(module: str, argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    """A console script's main() in this process: (exit status, stdout, stderr)."""
-    import sys
-
-    if module == "sample":
-        from experiments.gan.sample import main
-    elif module == "export":
-        from experiments.export import main
-    else:
-        from experiments.evaluate import main
-    saved = sys.argv
-    sys.argv = [f"experiments-{module}", *map(str, argv)]
-    try:
-        with pytest.raises(SystemExit) as stop:
-            main()
-    finally:
-        sys.argv = saved
-    out, err = capsys.readouterr()
-    return int(stop.value.code or 0), out, err
 
 
 def test_a_cpu_run_says_cpu_training_is_for_debugging_with_its_speed(
@@ -114,7 +93,7 @@ def test_eval_of_an_older_checkpoint_on_other_data(
     run_dir, _ = run
     final = json.loads((run_dir / "summary.json").read_text())["metrics"]
     older = _checkpoint(run_dir, 10)
-    code, out, err = _main(
+    code, out, err = tool_in_process(
         "eval", [older, "data.train_subdirectory=val", "model.eval_images=20"], capsys
     )
     assert code == 0, err
@@ -139,7 +118,7 @@ def test_eval_refuses_what_it_cannot_change_in_one_line(
 ) -> None:
     run_dir, _ = run
     before = (run_dir / "eval.json").read_bytes() if (run_dir / "eval.json").exists() else None
-    code, out, err = _main("eval", [run_dir, argument], capsys)
+    code, out, err = tool_in_process("eval", [run_dir, argument], capsys)
     assert (code, out) == (2, "")
     assert err.startswith(f"error: invalid config: {key}=") and err.count("\n") == 1, err
     after = (run_dir / "eval.json").read_bytes() if (run_dir / "eval.json").exists() else None
@@ -184,7 +163,7 @@ def test_sample_is_seeded_and_a_checkpoint_path_picks_that_checkpoint(
         ("older", _checkpoint(run_dir, 10), 3),
     ):
         out = tmp_path / f"{name}.png"
-        code, stdout, err = _main(
+        code, stdout, err = tool_in_process(
             "sample", [target, "--num", 8, "--seed", seed, "--out", out], capsys
         )
         assert code == 0, err
@@ -192,7 +171,7 @@ def test_sample_is_seeded_and_a_checkpoint_path_picks_that_checkpoint(
     assert "iteration 10" in stdout  # the last call: the checkpoint named
     assert drawn["first"].read_bytes() == drawn["again"].read_bytes()
     # Without --out: <run dir>/samples/, named after the checkpoint, seed and count.
-    code, stdout, err = _main("sample", [run_dir, "--num", "8", "--seed", "3"], capsys)
+    code, stdout, err = tool_in_process("sample", [run_dir, "--num", "8", "--seed", "3"], capsys)
     assert code == 0, err
     default = run_dir / "samples" / f"iter_{ITERS}_seed_3_num_8.png"
     assert str(default) in stdout
@@ -227,7 +206,7 @@ def test_sample_refuses_bad_arguments_in_one_line_and_writes_nothing(
     before = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
     if "--out" not in arguments:
         arguments = [*arguments, "--out", str(tmp_path / "grid.png")]
-    code, out, err = _main("sample", [run_dir, *arguments], capsys)
+    code, out, err = tool_in_process("sample", [run_dir, *arguments], capsys)
     assert (code, out) == (2, "")
     lines = err.strip().splitlines()
     last = lines[-1].removeprefix("experiments-sample: ")  # argparse names the tool first
@@ -236,136 +215,22 @@ def test_sample_refuses_bad_arguments_in_one_line_and_writes_nothing(
     assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before
 
 
-@pytest.fixture(scope="module")
-def conditional_run(module_tmp: Callable[[str], Path]) -> Path:
-    """BigGAN (class-conditional, EMA generator) on the digits, a few iterations."""
-    root = module_tmp("gan_sample_conditional")
-    run_dir = root / "run"
-    args = [
-        "model=biggan",
-        "model.iters=4",
-        "model.batch_size=8",
-        "model.log_interval=4",
-        "model.checkpoint_interval=4",
-        "model.sample_interval=4",
-        "model.num_samples=10",
-        "model.eval_images=0",  # no quality metric is read here
-        "logger=none",
-        f"hydra.run.dir={run_dir}",
-    ]
-    result = run_cli(args, cwd=root)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return run_dir
-
-
-def test_sample_of_a_conditional_ema_model_draws_rows_of_classes_from_the_ema_generator(
-    conditional_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
-) -> None:
-    def sample(*arguments: str) -> tuple[np.ndarray, np.ndarray, str]:
-        """(grid, labels, stdout) of one call, with --npz."""
-        out = tmp_path / f"{len(list(tmp_path.iterdir()))}.png"
-        code, stdout, err = _main(
-            "sample", [conditional_run, *arguments, "--npz", "--out", out], capsys
-        )
-        assert code == 0, err
-        saved = np.load(out.with_suffix(".npz"))
-        sides.add(saved["images"].shape[1])
-        return np.asarray(Image.open(out)), saved["labels"], stdout
-
-    sides: set[int] = set()  # the recipe's image side (model.scale)
-    grid, labels, stdout = sample("--num", "20")  # 10 classes: one row each, 2 a row
-    assert ", ema," in stdout  # the EMA generator by default
-    (side,) = sides
-    assert grid.shape == (10 * side, 2 * side)
-    assert labels.tolist() == [c for c in range(10) for _ in range(2)]
-    raw, _, stdout = sample("--num", "20", "--no-ema")
-    assert ", generator," in stdout
-    assert not np.array_equal(grid, raw)  # same noise and labels, other weights
-    # The oracle is not the sampler's own label: MMGen's EMA generator and raw generator,
-    # called directly with the same seed and labels, draw exactly the npz images of each call.
-    import torch
-
-    from experiments.gan.evaluate import checkpoint_of, load_model, recorded_plan
-    from experiments.gan.quality import seeded
-    from experiments.gan.sample import as_uint8
-
-    model, _ = load_model(recorded_plan(conditional_run, []), checkpoint_of(conditional_run, None))
-    drawn = {}
-    for name in ("generator_ema", "generator"):
-        with torch.no_grad(), seeded(0):
-            drawn[name] = as_uint8(
-                getattr(model, name)(None, num_batches=20, label=torch.as_tensor(labels))
-            )
-    saved = sorted(tmp_path.glob("*.npz"))
-    assert np.array_equal(np.load(saved[0])["images"], drawn["generator_ema"])
-    assert np.array_equal(np.load(saved[1])["images"], drawn["generator"])
-    _, labels, _ = sample("--num", "6", "--class", "3")
-    assert labels.tolist() == [3] * 6
-    code, _, err = _main("sample", [conditional_run, "--class", "10"], capsys)
-    assert code == 2 and "--class 10: a class of the model: 0..9" in err
-
-
-def test_an_export_of_the_ema_generator_samples_the_same_png_bytes(
-    conditional_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture
-) -> None:
-    """experiments-export of a GAN run: the EMA generator by default (--no-ema: the raw
-    one), a plain state dict in MMGen's key layout that MMGen's own builder takes strictly;
-    experiments-sample FILE draws the same PNG bytes as the run's checkpoint, seed for seed."""
-    import torch
-
-    from experiments.gan.mmgen_compat import install_ada_stub
-
-    install_ada_stub()  # PyPI's mmgen lacks stylegan/ada/, which mmgen.models imports
-    from mmgen.models import build_module
-
-    exports = {}
-    for ema in ("true", "false"):
-        out = tmp_path / f"generator_{ema}.pt"
-        flag = "--ema" if ema == "true" else "--no-ema"
-        code, _, err = _main("export", [conditional_run, "--out", out, flag], capsys)
-        assert code == 0, err
-        exports[ema] = out
-        sidecar = json.loads(out.with_name(out.name + ".json").read_text())
-        assert (sidecar["family"], sidecar["ema"], sidecar["run_dir"]) == (
-            "gan",
-            ema == "true",
-            str(conditional_run),
-        )
-        generator = build_module(sidecar["generator"])  # MMGen's builder, our file
-        generator.load_state_dict(torch.load(out, weights_only=True), strict=True)
-    code, _, err = _main("export", [conditional_run, "--out", tmp_path / "x.pt"], capsys)
-    assert code == 0 and json.loads((tmp_path / "x.pt.json").read_text())["ema"] is True
-
-    def png(target: Path, *arguments: str) -> bytes:
-        out = tmp_path / f"sample_{len(list(tmp_path.glob('sample_*')))}.png"
-        code, _, err = _main("sample", [target, "--num", 20, "--seed", 5, *arguments, "--out", out],
-                             capsys)  # fmt: skip
-        assert code == 0, err
-        return out.read_bytes()
-
-    assert png(exports["true"]) == png(conditional_run)  # EMA, as the run samples by default
-    assert png(exports["false"]) == png(conditional_run, "--no-ema")
-    assert png(exports["true"]) != png(exports["false"])
-    code, _, err = _main("sample", [exports["true"], "--no-ema"], capsys)
-    assert code == 2 and "holds the EMA generator only" in err
-
-
 def test_an_export_evaluates_to_the_runs_quality_and_ema_is_refused_without_one(
     run: tuple[Path, str], tmp_path: Path, capsys
 ) -> None:
     """dcgan trains no EMA generator: --ema is refused in one line (exit 2, nothing
     written); its export evaluates (experiments-eval FILE) to the checkpoint's SWD."""
     run_dir, _ = run
-    code, out, err = _main("export", [run_dir, "--ema"], capsys)
+    code, out, err = tool_in_process("export", [run_dir, "--ema"], capsys)
     assert (code, out) == (2, "") and "model=dcgan trains no EMA generator" in err, err
     assert not (run_dir / "export").exists()
     exported = tmp_path / "dcgan.pt"
-    code, _, err = _main("export", [run_dir, "--out", exported], capsys)
+    code, _, err = tool_in_process("export", [run_dir, "--out", exported], capsys)
     assert code == 0, err
-    code, _, err = _main("eval", [_checkpoint(run_dir, ITERS)], capsys)
+    code, _, err = tool_in_process("eval", [_checkpoint(run_dir, ITERS)], capsys)
     assert code == 0, err
     from_checkpoint = json.loads((run_dir / "eval.json").read_text())
-    code, _, err = _main("eval", [exported], capsys)
+    code, _, err = tool_in_process("eval", [exported], capsys)
     assert code == 0, err
     from_export = json.loads((run_dir / "eval.json").read_text())
     assert from_export["checkpoint"] == str(exported) and from_export["iteration"] == ITERS
@@ -373,6 +238,6 @@ def test_an_export_evaluates_to_the_runs_quality_and_ema_is_refused_without_one(
     torn = tmp_path / "torn.pt"  # cut short, its sidecar intact
     torn.write_bytes(exported.read_bytes()[:200])
     torn.with_name("torn.pt.json").write_text(exported.with_name("dcgan.pt.json").read_text())
-    code, out, err = _main("sample", [torn, "--out", tmp_path / "torn.png"], capsys)
+    code, out, err = tool_in_process("sample", [torn, "--out", tmp_path / "torn.png"], capsys)
     assert (code, out) == (2, "") and err.count("\n") == 1, err
     assert "a readable export (" in err and not (tmp_path / "torn.png").exists()

@@ -231,3 +231,28 @@ def test_no_function_in_the_package_is_longer_than_80_lines() -> None:
     method = f"class A:\n    @staticmethod\n    def f():\n{body(80, ' ' * 8)}\n"
     assert long_functions(method) == [("f", 82)]  # the decorator, the def line and 80 more
     assert long_functions(f"def f():\n{body(79, ' ' * 4)}\n") == []
+
+
+def _crossings(graph: dict[str, set[str]], source: str, target: str) -> list[str]:
+    """Imports from package `source` (experiments.<source>) into package `target`."""
+    return sorted(
+        f"{name} -> {t}"
+        for name, targets in graph.items()
+        if name.startswith(f"experiments.{source}")
+        for t in targets
+        if t.startswith(f"experiments.{target}")
+    )
+
+
+def test_run_imports_no_sweeper_and_report_and_sweepers_go_one_way() -> None:
+    """Issue 60: a lower layer never imports a higher one. run/ (a run's directory, its early
+    stopping and its reports to a search's study: run/search_trial.py) imports nothing of
+    sweepers/ (the search at the login), and report/ and sweepers/ do not import each other
+    both ways (today neither imports the other: both find the study through run/)."""
+    graph = import_graph()
+    assert _crossings(graph, "run", "sweepers") == []
+    both = _crossings(graph, "report", "sweepers") and _crossings(graph, "sweepers", "report")
+    assert not both, (
+        _crossings(graph, "report", "sweepers"),
+        _crossings(graph, "sweepers", "report"),
+    )

@@ -385,8 +385,11 @@ def test_time_limit_checkpoints_requeues_and_ends_interrupted_after_the_last_req
         proc = processes.spawn(
             [CLI, *args, f"hydra.sweep.dir={sweep}"],
             cwd=tmp_path,
-            # Training only fills the time until Slurm's signal: at a fraction of the CPU.
-            env=cli_env({"PYTHONPATH": on_python_path(SITE), "EXPERIMENTS_TEST_STEP_SLEEP": "0.5"}),
+            # Training only fills the time until Slurm's signal: at a fraction of the CPU. A
+            # step and its 3 s sleep are far inside the 38 s between the signal and the limit,
+            # and each attempt still trains 8 steps or more (at 0.5 s both ranks trained
+            # several times as many, CPU that nothing here reads).
+            env=cli_env({"PYTHONPATH": on_python_path(SITE), "EXPERIMENTS_TEST_STEP_SLEEP": "3"}),
             stdout=stdout,
             stderr=stderr,
         )

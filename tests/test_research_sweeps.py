@@ -11,7 +11,6 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-import optuna
 import pytest
 import torch
 from optuna.trial import TrialState
@@ -28,6 +27,7 @@ from .conftest import (
     run_cli,
     run_cli_in_process,
 )
+from .support.studies import study_trials
 
 pytestmark = pytest.mark.slow
 
@@ -37,13 +37,6 @@ SLURM = ["launcher=slurm", "launcher.mem_gb=4", "launcher.cpus_per_task=1"]
 
 def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
-
-
-def study_trials(sweep_dir: Path) -> list:
-    """The trials of the search's one study, from its SQLite storage in the sweep directory."""
-    url = f"sqlite:///{sweep_dir / 'optuna.db'}"
-    (only,) = optuna.get_all_study_summaries(storage=url)
-    return optuna.load_study(study_name=only.study_name, storage=url).get_trials()
 
 
 # ---------------------------------------------------------------- seeds as replicates
@@ -138,8 +131,8 @@ def test_seeds_are_grouped_as_replicates(seed_sweep) -> None:
 def pruned_search(module_tmp: Callable[[str], Path]) -> dict:
     """The preset's TPE search, 3 trials over a learning rate that trains and one that
     diverges (lr=inf: its losses are NaN from the first epoch), 3 epochs each, the median
-    pruner after one completed trial. Sampler seed 11 draws good, inf, inf (Optuna 2.10's
-    TPE on this choice)."""
+    pruner after one completed trial. Sampler seed 11 draws good, inf, inf (the TPE's random
+    start-up trials on this choice, the same in Optuna 2.10 and 5.1)."""
     root = module_tmp("pruned")
     sweep_dir = root / "search"
     result = run_cli(
@@ -203,7 +196,8 @@ def test_pruner_settings_are_refused_before_the_search(tmp_path: Path) -> None:
     )
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr.strip().splitlines() == [
-        "error: invalid config: hydra.sweeper.pruner='mean': one of median, hyperband, none"
+        "error: invalid config: hydra.sweeper.pruner='mean': one of median, hyperband, "
+        "wilcoxon, none"
     ]
     # nothing of the search was written (the sweep directory's launch lock is run/lock.py's)
     assert [p.name for p in sweep_dir.iterdir()] in ([], [".sweep.lock"])
@@ -401,10 +395,11 @@ def test_slurm_search_refills_a_finished_trials_slot_and_prunes_from_its_jobs(
     when the short one ends, even on a quiet machine (at 20 both ended within one poll).
     - In flight: the short trial ends long before the long one, and trial 2 is submitted in
       its slot while the long one still runs (in fixed batches it would wait for both).
-    - Pruning from Slurm jobs: trial 2's job reports its first epoch to the study's SQLite
-      storage, is stopped there (1 of 20 epochs) and ends PRUNED in the study, `pruned` in its
-      summary.json and the report. The long trial is not pruned: its first epoch is the
-      short one's (same seed, data and first step), not worse than the median."""
+    - Pruning from Slurm jobs: trial 2's job reports its first epoch to the study's journal
+      (the default storage, safe on a shared filesystem), is stopped there (1 of 20 epochs)
+      and ends PRUNED in the study, `pruned` in its summary.json and the report. The long
+      trial is not pruned: its first epoch is the short one's (same seed, data and first
+      step), not worse than the median."""
     sweep_dir = tmp_path / "search"
     result = run_cli(
         [

@@ -14,11 +14,13 @@ import pytest
 from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
+from experiments.report.optuna_figures import write_optuna_figures
+from experiments.run.search_trial import SPEC
 from experiments.sweepers.optuna import INTERRUPTED, ResumableOptunaSweeperImpl
-from experiments.sweepers.optuna_figures import write_optuna_figures
 
 from .conftest import CLI, cli_env, run_cli, unreadable_imagefolder
 from .support import processes
+from .support.studies import only_study
 
 pytestmark = pytest.mark.slow
 
@@ -46,12 +48,6 @@ def completed(run_dir: Path) -> bool:
         return summary(run_dir)["status"] == "completed"
     except (OSError, ValueError, KeyError):
         return False
-
-
-def only_study(sweep_dir: Path) -> optuna.Study:
-    url = f"sqlite:///{sweep_dir / 'optuna.db'}"
-    (study,) = optuna.get_all_study_summaries(storage=url)
-    return optuna.load_study(study_name=study.study_name, storage=url)
 
 
 def trial_lr(run_dir: Path) -> float:
@@ -217,10 +213,13 @@ def test_a_larger_n_trials_continues_the_finished_search(resumed_search) -> None
 def test_optuna_figures_of_searches_with_nothing_to_show(tmp_path: Path) -> None:
     assert write_optuna_figures(tmp_path / "no-such-sweep") == []
     (tmp_path / "garbage").mkdir()
-    (tmp_path / "garbage" / "optuna.db").write_text("not a database")
+    (tmp_path / "garbage" / "optuna.journal").write_text("not a journal\n")
+    spec = {"storage": str(tmp_path / "garbage" / "optuna.journal"), "study_name": "search"}
+    (tmp_path / "garbage" / SPEC).write_text(json.dumps(spec))
     assert write_optuna_figures(tmp_path / "garbage") == []
     sweep = resumable_sweeper(tmp_path / "started", optuna.samplers.RandomSampler(seed=0))
     study = sweep._open_study(["maximize"])
+    sweep._write_spec(study)
     study.ask().suggest_float("optimizer.lr", 1e-4, 1.0, log=True)  # still RUNNING
     assert write_optuna_figures(tmp_path / "started") == []
     study.tell(0, 0.5)  # one trial: no importances (Optuna needs two)
@@ -232,19 +231,18 @@ def test_optuna_figures_of_searches_with_nothing_to_show(tmp_path: Path) -> None
 
 def resumable_sweeper(sweep_dir: Path, sampler: optuna.samplers.BaseSampler):
     """The sweeper as Hydra sets it up, as far as settling a study's trials needs."""
+    grid = isinstance(sampler, optuna.samplers.GridSampler)
     sweep = ResumableOptunaSweeperImpl(
-        sampler=sampler,
+        sampler={"_target_": f"optuna.samplers.{type(sampler).__name__}"},
         direction="maximize",
-        storage=f"sqlite:///{sweep_dir}/optuna.db",
+        storage=f"{sweep_dir}/optuna.journal",
         study_name=None,
         n_trials=3,
         n_jobs=1,
-        search_space=None,
-        custom_search_space=None,
-        params=None,
     )
+    sweep.sampler = sampler  # what sweep() builds from the config: here, made by the test
     sweep.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep_dir)}}})
-    sweep.is_grid = isinstance(sampler, optuna.samplers.GridSampler)
+    assert sweep.is_grid == grid
     return sweep
 
 

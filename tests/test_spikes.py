@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import json
 import math
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-import optuna
 import pytest
 
 from experiments.errors import ConfigError
-from experiments.snn import spikes
+from experiments.snn import spikes, spikes_file
 
-from .conftest import plan_for, run_cli, run_cli_in_process
+from .conftest import BIN, cli_env, plan_for, run_cli, run_cli_in_process
+from .support import processes
+from .support.studies import only_study
 
 pytestmark = pytest.mark.slow
 
@@ -89,7 +92,7 @@ def test_a_network_that_goes_silent_is_stopped_by_the_guard(tmp_path: Path, engi
     """A network that cannot fire, trainer.spikes.guard=2, on SpikingJelly's loop and on the
     classic Trainer: after its second evaluation the run stops `failed`, one line naming the
     layer, its rate and the evaluation, no traceback; spikes.json holds the two evaluations
-    it measured."""
+    it measured, and spikes.png their figure."""
     run_dir = tmp_path / "run"
     result = run_cli(
         [
@@ -110,11 +113,18 @@ def test_a_network_that_goes_silent_is_stopped_by_the_guard(tmp_path: Path, engi
     assert "Traceback" not in result.stderr
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["error"] == line.removeprefix("error: ")
-    measured = spikes.read(run_dir)
+    measured = spikes_file.read(run_dir)
     assert [e["step"] for e in measured] == [1, 2]
     assert all(
         layer["firing_rate"] == 0 and layer["silent"] == 1 for layer in measured[-1]["layers"]
     )
+    # the figure follows the run (redrawn after each evaluation by the figure child), so a run
+    # stopped short keeps the figure of its last evaluation: every layer grey (silent)
+    figure = run_dir / "spikes.png"
+    deadline = time.monotonic() + 120
+    while not figure.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert figure.stat().st_size > 10_000
 
 
 def test_the_guard_counts_evaluations_in_a_row_and_can_be_off() -> None:
@@ -204,14 +214,8 @@ def test_the_pareto_front_keeps_the_points_no_other_beats() -> None:
     assert [p["point"] for p, _, _ in pareto_points(points, snn)] == ["1", "0", "3"]
 
 
-def test_a_two_objective_search_over_accuracy_and_energy(tmp_path: Path) -> None:
-    """objective=[val_accuracy,energy_per_image_mj]: an Optuna multi-objective study
-    (maximise, minimise); each trial is told both of its run's values; the sweep report
-    draws accuracy against energy and lists the Pareto front. A pruner, which Optuna's
-    multi-objective studies do not take, and a direction that is not the objectives' are
-    refused before the search."""
-    sweep_dir = tmp_path / "search"
-    search = [
+def two_objective_search_args() -> list[str]:
+    return [
         "hparams_search=digits_lr",
         "objective=[val_accuracy,energy_per_image_mj]",
         "hydra.sweeper.direction=[maximize,minimize]",
@@ -221,11 +225,29 @@ def test_a_two_objective_search_over_accuracy_and_energy(tmp_path: Path) -> None
         *SILENT[2:],
         "trainer.epochs=1",
     ]
-    result = run_cli([*search, f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path)
+
+
+@pytest.fixture(scope="module")
+def two_objective_search(module_tmp: Callable[[str], Path]) -> dict:
+    """A finished two-objective search (accuracy and energy), for the study's tests and the
+    dashboard's."""
+    root = module_tmp("two_objectives")
+    sweep_dir = root / "search"
+    result = run_cli([*two_objective_search_args(), f"hydra.sweep.dir={sweep_dir}"], cwd=root)
+    return {"dir": sweep_dir, "root": root, "result": result}
+
+
+def test_a_two_objective_search_over_accuracy_and_energy(two_objective_search: dict) -> None:
+    """objective=[val_accuracy,energy_per_image_mj]: an Optuna multi-objective study
+    (maximise, minimise); each trial is told both of its run's values; the sweep report
+    draws accuracy against energy and lists the Pareto front. A pruner, which Optuna's
+    multi-objective studies do not take, and a direction that is not the objectives' are
+    refused before the search."""
+    sweep_dir, tmp_path = two_objective_search["dir"], two_objective_search["root"]
+    search = two_objective_search_args()
+    result = two_objective_search["result"]
     assert result.returncode == 0, result.stderr[-3000:]
-    url = f"sqlite:///{sweep_dir / 'optuna.db'}"
-    (only,) = optuna.get_all_study_summaries(storage=url)
-    study = optuna.load_study(study_name=only.study_name, storage=url)
+    study = only_study(sweep_dir)
     assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
     for trial in study.trials:
         metrics = json.loads((sweep_dir / str(trial.number) / "summary.json").read_text())[
@@ -253,6 +275,76 @@ def test_a_two_objective_search_over_accuracy_and_energy(tmp_path: Path) -> None
         refused.returncode == 2
         and "[maximize,minimize]: each trial returns its val_accuracy" in (refused.stderr)
     )
+
+
+def test_the_dashboard_serves_the_finished_search_from_its_journal(
+    two_objective_search: dict,
+) -> None:
+    """`experiments-report SWEEP --dashboard` starts optuna-dashboard's server on the search's
+    journal; its HTTP API gives back the study, its trials and the Pareto front the journal
+    holds."""
+    import socket
+    import urllib.request
+
+    sweep_dir = two_objective_search["dir"]
+    assert two_objective_search["result"].returncode == 0
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = two_objective_search["root"] / "dashboard.log"
+    with open(log, "w") as output:
+        server = processes.spawn(
+            [str(BIN / "experiments-report"), str(sweep_dir), "--dashboard", "--port", str(port)],
+            env=cli_env(),
+            stdout=output,
+            stderr=output,
+        )
+
+    def get(path: str) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as response:
+            return json.loads(response.read())
+
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            studies = get("/api/studies")["study_summaries"]
+            break
+        except OSError:
+            assert server.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+    study = only_study(sweep_dir)
+    (served,) = studies
+    assert (served["study_name"], served["directions"]) == ("digits_lr", ["maximize", "minimize"])
+    detail = get(f"/api/studies/{served['study_id']}?after=0")
+    trials = {t["number"]: t for t in detail["trials"]}
+    assert sorted(trials) == [t.number for t in study.trials] == [0, 1]
+    for trial in study.trials:
+        assert trials[trial.number]["state"] == "Complete"
+        assert trials[trial.number]["values"] == trial.values
+        (param,) = trials[trial.number]["params"]
+        assert float(param["param_external_value"]) == trial.params["optimizer.lr"]
+    front = sorted(t["number"] for t in detail["best_trials"])
+    assert front == sorted(t.number for t in study.best_trials)  # the Pareto front
+    assert f"Optuna dashboard of {sweep_dir / 'optuna.journal'} at http://127.0.0.1:{port}/" in (
+        log.read_text()
+    )
+    # `optuna-dashboard <sweep>/optuna.journal` by hand: the dashboard's own reading of a path
+    # (its WSGI app, as its command builds it) opens the journal as it is
+    import wsgiref.util
+
+    from optuna_dashboard import wsgi
+
+    statuses: list[str] = []
+
+    def start_response(status: str, headers: list, exc_info: object = None) -> None:
+        statuses.append(status)
+
+    app = wsgi(str(sweep_dir / "optuna.journal"))
+    environ = {"PATH_INFO": "/api/studies", "REQUEST_METHOD": "GET"}
+    wsgiref.util.setup_testing_defaults(environ)
+    body = b"".join(app(environ, start_response))
+    assert statuses == ["200 OK"]
+    assert json.loads(body)["study_summaries"] == studies
 
 
 def test_a_spikformer_is_measured_like_a_resnet() -> None:

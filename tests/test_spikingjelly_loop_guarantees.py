@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from experiments.errors import ConfigError
-from experiments.snn.spikes import read as read_spikes
+from experiments.snn.spikes_file import read as read_spikes
 
 from .conftest import (
     CLI,

@@ -4,21 +4,53 @@ is read on the main job's run: tests/test_main_job.py)."""
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from .conftest import FAST, read_jsonl, run_cli
+from .conftest import FAST, read_jsonl, run_cli, run_cli_in_process
 from .support import processes
+
+# 16 steps an epoch of batch 8 (128 synthetic images), a small validation set: resume tests
+# that stop mid-epoch, at a quarter of the default batch's compute.
+SMALL_EPOCHS = [
+    "data=synthetic",
+    "data.train_size=128",
+    "data.val_size=32",
+    "model.time_steps=2",
+    "trainer.batch_size=8",
+    "trainer.log_every_n_steps=1",
+]
+
+
+FAST_RUN = [*FAST, "trainer.checkpoint_interval=4"]
+
+
+@pytest.fixture(scope="module")
+def fast_run(module_tmp: Callable[[str], Path]) -> Path:
+    """One FAST run (its last step, 4, checkpointed), which each test below reruns in a copy."""
+    root = module_tmp("fast_run")
+    run_dir = root / "run"
+    result = run_cli([*FAST_RUN, f"hydra.run.dir={run_dir}"], cwd=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
+def _copy_of(run_dir: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    return copy
 
 
 @pytest.mark.slow
-def test_rerun_in_a_completed_run_directory_does_not_retrain(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    args = [*FAST, f"hydra.run.dir={run_dir}"]
-    assert run_cli(args, cwd=tmp_path).returncode == 0
+def test_rerun_in_a_completed_run_directory_does_not_retrain(
+    fast_run: Path, tmp_path: Path
+) -> None:
+    run_dir = _copy_of(fast_run, tmp_path)
     before = (run_dir / "summary.json").read_text()
-    again = run_cli(args, cwd=tmp_path)
+    again = run_cli([*FAST_RUN, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert again.returncode == 0
     assert "already completed" in again.stdout
     assert (run_dir / "summary.json").read_text() == before
@@ -36,13 +68,7 @@ def _mark_interrupted(run_dir: Path) -> None:
 def test_resume_from_a_mid_epoch_final_checkpoint_continues_the_trajectory(tmp_path: Path) -> None:
     """max_steps=6 stops mid-epoch (16 steps per epoch); the final checkpoint (not on the
     interval of 4) must record that position, so a longer run continues with the same data."""
-    common = [
-        "data=synthetic",
-        "model.time_steps=2",
-        "trainer.epochs=2",
-        "trainer.checkpoint_interval=4",
-        "trainer.log_every_n_steps=1",
-    ]
+    common = [*SMALL_EPOCHS, "trainer.epochs=2", "trainer.checkpoint_interval=4"]
     reference = tmp_path / "reference"
     assert (
         run_cli(
@@ -67,11 +93,9 @@ def test_resume_from_a_mid_epoch_final_checkpoint_continues_the_trajectory(tmp_p
 
 
 @pytest.mark.slow
-def test_resume_at_the_last_step_still_reports_real_metrics(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    args = [*FAST, "trainer.checkpoint_interval=4", f"hydra.run.dir={run_dir}"]
-    first = run_cli(args, cwd=tmp_path)
-    assert first.returncode == 0, first.stderr[-3000:]
+def test_resume_at_the_last_step_still_reports_real_metrics(fast_run: Path, tmp_path: Path) -> None:
+    run_dir = _copy_of(fast_run, tmp_path)
+    args = [*FAST_RUN, f"hydra.run.dir={run_dir}"]
     trained = json.loads((run_dir / "summary.json").read_text())["metrics"]
     _mark_interrupted(run_dir)  # as if killed during the final evaluation
     second = run_cli(args, cwd=tmp_path)
@@ -90,11 +114,10 @@ def test_resume_at_the_last_step_still_reports_real_metrics(tmp_path: Path) -> N
 @pytest.mark.slow
 def test_resume_null_starts_over_and_drops_the_old_checkpoints(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    common = ["data=synthetic", "model.time_steps=2", "trainer.log_every_n_steps=1"]
-    long = [*common, "trainer.max_steps=8", "trainer.checkpoint_interval=4"]
+    long = [*SMALL_EPOCHS, "trainer.max_steps=8", "trainer.checkpoint_interval=4"]
     assert run_cli([*long, f"hydra.run.dir={run_dir}"], cwd=tmp_path).returncode == 0
     long_losses = [r["loss"] for r in read_jsonl(run_dir / "steps.jsonl")]
-    short = [*common, "trainer.max_steps=3", "trainer.checkpoint_interval=2", "resume=null"]
+    short = [*SMALL_EPOCHS, "trainer.max_steps=3", "trainer.checkpoint_interval=2", "resume=null"]
     result = run_cli([*short, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
@@ -121,7 +144,6 @@ def test_python_dash_m_entry_point_and_dry_run_write_nothing(tmp_path: Path) -> 
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "expect_in_command"),
     [
@@ -157,7 +179,7 @@ def test_python_dash_m_entry_point_and_dry_run_write_nothing(tmp_path: Path) -> 
 def test_dry_run_json_for_topologies_this_machine_cannot_run(
     tmp_path: Path, args: list[str], expect_in_command: list[str]
 ) -> None:
-    result = run_cli([*args, "dry_run=json"], cwd=tmp_path)
+    result = run_cli_in_process([*args, "dry_run=json"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     command = "\n".join(plan["command"])
@@ -172,7 +194,6 @@ def test_dry_run_json_for_topologies_this_machine_cannot_run(
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.slow
 def test_cuda_path_dry_run_shows_the_exact_library_config_and_sbatch(tmp_path: Path) -> None:
     """This machine has no GPU; the CUDA path is covered by what it would hand over:
     SpikingJelly's train_classification gets this TrainingConfig on 8 GPU ranks."""
@@ -192,7 +213,7 @@ def test_cuda_path_dry_run_shows_the_exact_library_config_and_sbatch(tmp_path: P
         f"hydra.sweep.dir={tmp_path / 'sweep'}",  # launcher=slurm submits as a one-point sweep
         "dry_run=json",
     ]
-    result = run_cli(args, cwd=tmp_path)
+    result = run_cli_in_process(args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     assert (plan["engine"], plan["device"], plan["backend"]) == ("spikingjelly", "cuda", "nccl")

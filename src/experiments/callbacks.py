@@ -186,15 +186,11 @@ def _search_point(config: DictConfig) -> list[str]:
     (the command line's and the preset's hydra.sweeper.params, the command line winning, as
     the sweeper reads them) at its first choice or lower bound. A mandatory key the search
     sets (data.root=choice(...)) is then set, and the point is as real as any trial."""
-    from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
+    from experiments.sweepers.search_space import from_overrides
 
     task = list(config.hydra.overrides.task)
     params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
-    searched, fixed = create_params_from_overrides(
-        [*(f"{k}={v}" for k, v in params.items()), *task]
-    )
-    for name in fixed:
-        searched.pop(name, None)
+    searched, _ = from_overrides([*(f"{k}={v}" for k, v in params.items()), *task])
 
     def first(distribution: Any) -> Any:
         choices = getattr(distribution, "choices", None)

@@ -163,9 +163,19 @@ def _count(data: dict[str, Any]) -> dict[str, Any] | None:
     root = data.get("root")
     if root is None or root == ROOT_PLACEHOLDER:
         return None
-    from experiments.data import training_images
+    from experiments.data import declared, split_sizes, training_images
     from experiments.data.image_folder import class_names
 
+    if declared(data, "split_sizes") is not None:  # the builder counts its own files
+        if not (Path(str(root)).is_dir() and os.access(root, os.R_OK | os.X_OK)):
+            return {"root": str(root), "readable": False}
+        sizes = split_sizes(data)
+        return {
+            "root": str(root),
+            "readable": True,
+            "classes": data.get("num_classes"),
+            "images": None if sizes is None else sizes[0],
+        }
     train = Path(str(root)) / str(data.get("train_subdirectory", "train"))
     if not (train.is_dir() and os.access(train, os.R_OK | os.X_OK)):
         return {"root": str(root), "readable": False}

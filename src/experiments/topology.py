@@ -26,6 +26,12 @@ class Capabilities:
     note: str = ""
     image_reason: str = "its patch stem"  # why image_multiple, for messages
     memopt: bool = True  # whether its builder applies SpikingJelly memopt (CUDA engine)
+    # Input the architecture's builder takes: a fixed channel count (None: its in_channels,
+    # any), square frames only (one image_size), a smallest side.
+    channels: int | None = None
+    channels_reason: str = ""
+    square_only: bool = False
+    min_image_side: int = 1
 
 
 @dataclass(frozen=True)

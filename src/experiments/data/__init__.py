@@ -1,5 +1,13 @@
 """Data groups: each `conf/data/<name>.yaml` names a dataset builder that returns
-(train, validation) datasets, the contract of SpikingJelly's TrainingConfig."""
+(train, validation) datasets, the contract of SpikingJelly's TrainingConfig.
+
+A builder may declare, as attributes, what the plan needs from it before launch (none is
+required, so a user's own builder needs none):
+- `input_layout = "NTCHW"`: it yields `[N, T, C, H, W]` sequences (snn/plan.py);
+- `check_options(data)`: its keys the signature cannot check (an augment node, a split);
+- `check_layout(data)`: what `data.root` must hold (the files, a cache), refused in one line;
+- `split_sizes(data)`: its (train, validation) sample counts, None while not on disk.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +23,14 @@ from experiments.errors import ConfigError
 from experiments.validation import in_words, of_type
 
 # Keys that describe the data to the rest of the run, with their types; passed on only if the
-# builder takes them (then its annotation types them).
-_DESCRIPTIVE_KEYS: dict[str, Any] = {"name": str, "builder": str, "num_classes": int | None}
+# builder takes them (then its annotation types them). `channels`: what each sample holds (3 for
+# images, 2 for event frames), read by the model's `in_channels: ${data.channels}`.
+_DESCRIPTIVE_KEYS: dict[str, Any] = {
+    "name": str,
+    "builder": str,
+    "num_classes": int | None,
+    "channels": int,
+}
 
 
 def import_object(path: str, key: str) -> Any:
@@ -57,6 +71,30 @@ def _annotations(builder: Any) -> dict[str, Any]:
         return {}
 
 
+def declared(data: dict[str, Any], name: str) -> Any:
+    """What the builder declares under `name` (see the module docstring), or None."""
+    builder = import_object(str(data["builder"]), "data.builder")
+    return getattr(builder, name, None)
+
+
+def check(data: dict[str, Any], on_disk: bool) -> None:
+    """The builder's own checks before launch: its options always, and what `data.root`
+    must hold when there is a root to look at (`on_disk`; not a dry run's placeholder)."""
+    options = declared(data, "check_options")
+    if options is not None:
+        options(data)
+    layout = declared(data, "check_layout")
+    if on_disk and layout is not None:
+        layout(data)
+
+
+def split_sizes(data: dict[str, Any]) -> tuple[int, int] | None:
+    """(train, validation) samples as the builder declares them (None: not declared, or not
+    on disk yet)."""
+    sizes = declared(data, "split_sizes")
+    return sizes(data) if sizes is not None else None
+
+
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
@@ -70,6 +108,9 @@ def training_images(data: dict[str, Any]) -> int | None:
         return DIGITS_TOTAL - int(data["val_size"])
     if name == "synthetic":
         return int(data["train_size"])
+    if declared(data, "split_sizes") is not None:
+        sizes = split_sizes(data)
+        return None if sizes is None else sizes[0]
     if "root" in data:
         train = Path(str(data["root"])) / str(data.get("train_subdirectory", "train"))
         if not train.is_dir():

@@ -45,7 +45,10 @@ def build_digits_sequence_datasets(
     val_size: int = 384,
     split_seed: int = 0,
     encoding_seed: int = 0,
+    channels: int = 3,
 ) -> tuple[FrameSequences, FrameSequences]:
+    """`channels` copies of each frame (data.channels: 3 for the image models, 2 to stand in
+    for event frames' two polarities)."""
     if time_steps < 1:
         raise ValueError("time_steps must be >= 1")
     train, validation = build_digits_datasets(image_size, val_size, split_seed)
@@ -53,7 +56,7 @@ def build_digits_sequence_datasets(
     for offset, (images, targets) in enumerate((train.tensors, validation.tensors)):
         grey = images[:, :1]  # the digits are grey: one channel, widened per sample
         frames = rate_code(grey.clamp(0.0, 1.0), time_steps, encoding_seed + offset)
-        datasets.append(FrameSequences(frames, targets, images.shape[1]))
+        datasets.append(FrameSequences(frames, targets, channels))
     return datasets[0], datasets[1]
 
 

@@ -30,6 +30,7 @@ from experiments.report.points import (
     replacing,
     write_table,
 )
+from experiments.run.search_trial import read_spec
 
 # A point in one of these states will not change without a new launch.
 DONE = (*FINAL, "interrupted", "pruned", UNREADABLE)
@@ -156,10 +157,10 @@ def write_report(
 
 
 def _optuna_figures(sweep_dir: Path) -> list[str]:
-    """Optuna's own figures of a search whose study is stored in the sweep directory."""
-    if not (sweep_dir / "optuna.db").exists():
+    """Optuna's own figures of a search whose study the sweep directory names."""
+    if read_spec(sweep_dir) is None:
         return []
-    from experiments.sweepers.optuna_figures import write_optuna_figures
+    from experiments.report.optuna_figures import write_optuna_figures
 
     return write_optuna_figures(sweep_dir)
 
@@ -339,6 +340,7 @@ def main(argv: list[str] | None = None) -> None:
         [
             "experiments-report outputs/multiruns/optimizer.lr_1e-3_3e-3-1a2b3c4d",
             "experiments-report outputs/runs/2026-12-06/10-00-00-000000   # one run",
+            "experiments-report outputs/multiruns/<a search> --dashboard   # Optuna's dashboard",
         ],
         "a point of the sweep failed or was interrupted (the report is written all the same)",
     )
@@ -348,9 +350,29 @@ def main(argv: list[str] | None = None) -> None:
         type=Path,
         help="a multirun directory (holds 0/, 1/, ...), or one run's directory (summarised)",
     )
+    parser.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="serve an Optuna search's study in optuna-dashboard (the `dashboard` extra) "
+        "instead of writing the report",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="the dashboard's address")
+    parser.add_argument(
+        "--port", type=tool_cli.at_least(1), default=8080, help="the dashboard's port"
+    )
     args = parser.parse_args(argv)
     if not args.sweep_dir.is_dir():
         parser.error(f"no such directory: {args.sweep_dir}")
+    if args.dashboard:
+        from experiments.errors import ConfigError
+        from experiments.report import dashboard
+
+        try:
+            dashboard.serve(args.sweep_dir, args.host, args.port)
+        except ConfigError as error:
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(ConfigError.exit_code)
+        return
     if (args.sweep_dir / "summary.json").is_file():
         print(format_run(args.sweep_dir))  # one run: summarise it, write nothing into it
         return

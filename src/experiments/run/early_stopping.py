@@ -3,7 +3,7 @@
 per-interval validation, evaluates its log interval's losses).
 
 The same call (`Monitor.after_evaluation`) reports the run's objective to an Optuna study
-when the run is a trial of a search with a pruner (sweepers/pruning.py), and raises `Pruned`
+when the run is a trial of a search with a pruner (run/search_trial.py), and raises `Pruned`
 when the pruner stops it. One object, one call per evaluation: each engine adds a few lines,
 not a policy of its own. Engines: SpikingJelly's `train_classification` (its evaluation,
 through our seam: snn/engines/spikingjelly_loop.py), its classic Trainer (`classify`) and
@@ -143,7 +143,7 @@ class Monitor:
 
     @classmethod
     def for_plan(cls, plan: Any, summary: dict[str, Any], agree: Any = None) -> Monitor:
-        from experiments.sweepers.pruning import TrialReporter
+        from experiments.run.search_trial import TrialReporter
 
         return cls(
             getattr(plan, "early_stopping", None),
@@ -164,6 +164,8 @@ class Monitor:
         if self.reporter is not None:
             value = reported_value(metrics, self.objective)
             prune = self.agree(self.reporter.report(value, self.evaluations))
+            if self.reporter.off is not None:  # the storage failed for good: never silently
+                self.summary.setdefault("pruning_off", self.reporter.off)
             if prune:
                 record = {
                     "step": step,
@@ -229,7 +231,7 @@ class Monitor:
 def reported_value(metrics: dict[str, Any], objective: str) -> float:
     """The objective as the study sees it: NaN when the epoch's losses are not finite (a
     diverged run's accuracy is that of a constant guess, not a measurement). The reporter
-    stores it as the worst value (Optuna 2.10's storage refuses NaN), which a pruner stops."""
+    stores it as the worst value, which every pruner stops."""
     value = float(metrics.get(objective, math.nan))
     losses = [v for k, v in metrics.items() if "loss" in k and isinstance(v, (int, float))]
     if not all(math.isfinite(v) for v in losses):

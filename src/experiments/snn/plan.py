@@ -29,7 +29,7 @@ from experiments.composition import (
 )
 from experiments.errors import ConfigError
 from experiments.launchers import launch_notes, launcher_module
-from experiments.snn import classify_plan, neurons, schedule, sj_errors, spikes
+from experiments.snn import classify_plan, model_input, neurons, schedule, sj_errors, spikes
 from experiments.snn import trainer as snn_trainer
 from experiments.snn.family import OBJECTIVE
 from experiments.snn.models import capabilities, instantiate_model_config, parameter_count
@@ -219,30 +219,8 @@ def _check_data(data: dict[str, Any]) -> None:
     if data["name"] == "synthetic":
         check.integer(data["train_size"], "data.train_size", minimum=1)
         check.integer(data["val_size"], "data.val_size", minimum=1)
-    if "root" in data and data["root"] != ROOT_PLACEHOLDER:
-        root = Path(str(data["root"]))
-        fraction = data.get("val_fraction")
-        if fraction is not None and (
-            isinstance(fraction, bool) or not isinstance(fraction, (int, float))
-            or not 0 < fraction < 1
-        ):  # fmt: skip
-            raise ConfigError("data.val_fraction", fraction, "a fraction between 0 and 1, e.g. 0.1")
-        train = root / str(data.get("train_subdirectory", "train"))
-        val = root / str(data.get("validation_subdirectory", "val"))
-        if not train.is_dir():
-            raise ConfigError(
-                "data.root",
-                str(root),
-                f"no folder {train}; expected an ImageNet-style root with train/<class>/ "
-                "and val/<class>/",
-            )
-        if fraction is None and not val.is_dir():
-            raise ConfigError(
-                "data.root",
-                str(root),
-                f"no folder {val}; add val/<class>/ folders, or set data.val_fraction=0.1 to "
-                "hold out a seeded 10% of train/ for validation",
-            )
+    # the option's own checks (data/__init__.py): its keys, and what its data.root must hold
+    data_group.check(data, on_disk=data.get("root") not in (None, ROOT_PLACEHOLDER))
     if data["num_classes"] is None and data.get("root") == ROOT_PLACEHOLDER:
         raise ConfigError(
             "data.num_classes",
@@ -264,35 +242,18 @@ def _check_model_against_data(
             f"data={data['name']} has {data['num_classes']} classes; "
             "leave model.num_classes at ${data.num_classes}",
         )
-    size = data["image_size"]
-    if caps.fixed_image_size is not None and size != caps.fixed_image_size:
-        raise ConfigError(
-            "data.image_size",
-            size,
-            f"{name} takes {caps.fixed_image_size}x"
-            f"{caps.fixed_image_size} input; use data.image_size={caps.fixed_image_size}",
-        )
-    if size % caps.image_multiple:
-        raise ConfigError(
-            "data.image_size",
-            size,
-            f"{name} needs a multiple of "
-            f"{caps.image_multiple} ({caps.image_reason}), e.g. "
-            f"{max(1, -(-size // caps.image_multiple)) * caps.image_multiple}",
-        )
-    frames = data.get("time_steps")  # data that yields frame sequences ([N, T, C, H, W])
+    model_input.check(config, data, caps, name)  # channels and frame size
+    # data that yields frame sequences ([N, T, C, H, W]): digits_sequence's time_steps, an
+    # event dataset's frames_number
+    key = "time_steps" if data.get("time_steps") is not None else "frames_number"
+    frames = data.get(key)
     if frames is not None and config.time_steps != frames:
         raise ConfigError(
             "model.time_steps",
             config.time_steps,
             f"data={data['name']} yields {frames} frames a sample; the model must run as many "
-            f"time steps: set model.time_steps={frames} (or data.time_steps)",
+            f"time steps: set model.time_steps={frames} (or data.{key})",
         )
-    for key in ("image_size", "image_height", "image_width"):
-        if hasattr(config, key) and getattr(config, key) != size:
-            raise ConfigError(
-                f"model.{key}", getattr(config, key), f"must equal data.image_size={size}"
-            )
 
 
 def input_layout(data: dict[str, Any]) -> str:
@@ -305,16 +266,20 @@ def input_layout(data: dict[str, Any]) -> str:
 
 def _check_validation_split(data: dict[str, Any], dims: ParallelDims, batch_size: int) -> None:
     # SpikingJelly's loaders shard the validation set evenly, in whole batches under PP.
-    val_size = data.get("val_size")
-    if val_size is None:
-        return
     multiple = dims.data_parallel_size * (batch_size if dims.pipeline_parallel_size > 1 else 1)
-    if val_size % multiple:
+    under_pp = " x batch size under PP" if dims.pipeline_parallel_size > 1 else ""
+    why = f"data-parallel size{under_pp}"
+    val_size = data.get("val_size")
+    if val_size is not None and val_size % multiple:
+        raise ConfigError("data.val_size", val_size, f"must be divisible by {multiple} ({why})")
+    sizes = data_group.split_sizes(data) if val_size is None else None
+    if sizes is not None and sizes[1] % multiple:
         raise ConfigError(
-            "data.val_size",
-            val_size,
-            f"must be divisible by {multiple} (data-parallel size"
-            + (" x batch size under PP)" if dims.pipeline_parallel_size > 1 else ")"),
+            "data.root",
+            data.get("root"),
+            f"its {sizes[1]} validation samples are not divisible by {multiple} ({why}): "
+            "SpikingJelly's loop shards them evenly; choose a data-parallel size that divides "
+            f"{sizes[1]}",
         )
 
 

@@ -16,7 +16,6 @@ SpikingJelly's ChannelShard modules at run time). Rank 0 combines.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,10 +25,8 @@ from typing import Any
 import torch
 
 from experiments.errors import ConfigError, RunStopped
+from experiments.snn.spikes_file import SATURATED, SPIKES_FILE
 
-SPIKES_FILE = "spikes.json"
-FIGURE = "spikes.png"
-SATURATED = 0.99  # a layer firing at >= this rate is saturated (the health guard)
 SHARD_SCOPE = "tensor-parallel shard"  # the counters' scope for work split over TP ranks
 # the memory traffic SpikingJelly's energy model prices (its SimpleEnergyReport's sum)
 MEMORY_BYTES = ("weight_read_bytes", "bias_read_bytes", "neuron_state_read_bytes",
@@ -457,80 +454,12 @@ def write(run_dir: Path, spikes: Settings, records: list[dict[str, Any]]) -> Pat
     return path
 
 
-def read(run_dir: Path) -> list[dict[str, Any]]:
-    try:
-        return list(json.loads((run_dir / SPIKES_FILE).read_text())["evaluations"])
-    except (OSError, ValueError, KeyError):
-        return []
-
-
 def scalars(record: dict[str, Any]) -> dict[str, float]:
     """The loggers' scalars of one evaluation: the network's, and each layer's rate."""
     values = {f"spikes/{key}": float(record[key]) for key in METRICS}
     for layer in record["layers"]:
         values[f"spikes/firing_rate/{layer['layer']}"] = float(layer["firing_rate"])
     return {k: v for k, v in values.items() if math.isfinite(v)}
-
-
-MAX_COLUMNS = 40  # evaluations the figure shows
-# viridis at five stops: rates from 0 (dark) to the run's highest (yellow)
-_VIRIDIS = ((68, 1, 84), (59, 82, 139), (33, 145, 140), (94, 201, 98), (253, 231, 37))
-
-
-def _colour(fraction: float) -> tuple[int, int, int]:
-    at = min(max(fraction, 0.0), 1.0) * (len(_VIRIDIS) - 1)
-    low, high = _VIRIDIS[int(at)], _VIRIDIS[min(int(at) + 1, len(_VIRIDIS) - 1)]
-    return tuple(round(a + (b - a) * (at - int(at))) for a, b in zip(low, high, strict=True))
-
-
-def draw(run_dir: Path, records: list[dict[str, Any]]) -> Path | None:
-    """The per-run figure: each layer's firing rate (rows) at each evaluation (columns), the
-    rate written in its cell; a silent layer's cell grey, a saturated one's red. Drawn with
-    Pillow, which the run has imported already: matplotlib's import and layout cost more
-    than the measurement itself on a short run (bench/spikes_cost.py)."""
-    if not records:
-        return None
-    from PIL import Image, ImageDraw, ImageFont
-
-    if len(records) > MAX_COLUMNS:  # a long run: evenly spaced evaluations, the last included
-        last = len(records) - 1
-        records = [records[round(i * last / (MAX_COLUMNS - 1))] for i in range(MAX_COLUMNS)]
-    names = [layer["layer"] for layer in records[-1]["layers"]]
-    rates = [{layer["layer"]: layer["firing_rate"] for layer in r["layers"]} for r in records]
-    font, small = ImageFont.load_default(size=13), ImageFont.load_default(size=11)
-    label = max(int(font.getlength(name)) for name in names) + 16
-    cell_w, cell_h, top, right = 64, 20, 58, 90
-    image = Image.new("RGB", (label + cell_w * len(records) + right, top + cell_h * len(names)
-                              + 34), "white")  # fmt: skip
-    pen = ImageDraw.Draw(image)
-    highest = max([rate for by in rates for rate in by.values()] + [1e-12])
-    pen.text((8, 6), f"Firing rate per layer (spikes / neuron / step) at {len(records)} "
-             "evaluation(s); grey: silent, red: saturated", fill="black", font=font)  # fmt: skip
-    for column, record in enumerate(records):
-        x = label + column * cell_w
-        pen.text((x + 4, top - 20), f"step {record['step']}", fill="black", font=small)
-        for row, name in enumerate(names):
-            rate = rates[column].get(name, math.nan)
-            y = top + row * cell_h
-            fill = (
-                (200, 200, 200) if rate == 0 or math.isnan(rate)
-                else (200, 40, 40) if rate >= SATURATED else _colour(rate / highest)
-            )  # fmt: skip
-            pen.rectangle((x, y, x + cell_w - 2, y + cell_h - 2), fill=fill)
-            ink = "black" if sum(fill) > 380 else "white"
-            shown = "-" if math.isnan(rate) else f"{rate:.3f}" if rate >= 1e-3 else f"{rate:.0e}"
-            pen.text((x + 5, y + 3), shown, fill=ink, font=small)
-    for row, name in enumerate(names):
-        pen.text((8, top + row * cell_h + 3), name, fill="black", font=small)
-    legend = label + cell_w * len(records) + 16
-    for step in range(10 * cell_h):  # the colour scale, highest at the top
-        pen.line((legend, top + step, legend + 16, top + step),
-                 fill=_colour(1 - step / (10 * cell_h)))  # fmt: skip
-    pen.text((legend + 20, top - 4), f"{highest:.3f}", fill="black", font=small)
-    pen.text((legend + 20, top + 10 * cell_h - 10), "0", fill="black", font=small)
-    path = run_dir / FIGURE
-    image.save(path, optimize=False)
-    return path
 
 
 def batches_of(dataset: Any, indices: list[int], batch: int) -> Iterator[torch.Tensor]:

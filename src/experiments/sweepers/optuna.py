@@ -1,75 +1,140 @@
 """An Optuna search that an interruption does not lose (conf/hydra/sweeper/optuna_resumable.yaml;
 what it does for the user: docs/sweeps.md).
 
-The stock hydra-optuna-sweeper keeps its study in memory by default, runs `n_trials` more trials
-each start, numbers the job directories from 0 again (a re-run overwrites the earlier trials'
-run directories) and aborts the search on the first failed trial (our failed points return
-NaN). Here the study lives in the sweep directory, named after the command line; `n_trials` is
-its total budget; a trial's run directory is its trial number; a failed run, or a Slurm job that
-died (its end read on its own: launchers/slurm_jobs.py), is a FAIL trial (user attribute
-`failure`) and the search goes on. Trials a killed search left RUNNING are FAIL (`interrupted`,
-not counted against the budget), unless their run had completed: then they are told its recorded
-value. A pruned trial (sweepers/pruning.py) counts against the budget. On Slurm, `n_jobs` trials
-stay in flight: each trial that ends is told at once and its slot refilled with a new job, rather
-than waiting for the whole batch (hydra issues 2257/3091).
+Our own Hydra sweeper on Optuna's current API, in place of hydra-optuna-sweeper (pinned to
+Optuna < 3): the same config keys and command lines, the loop below. The study lives in the
+sweep directory (a journal file, safe on a cluster's shared filesystem: study_storage.py),
+named after the command line; `n_trials` is its total budget; a trial's run directory is its
+trial number; a failed run, or a Slurm job that died (its end read on its own:
+launchers/slurm_jobs.py), is a FAIL trial (user attribute `failure`) and the search goes on.
+Trials a killed search left RUNNING are FAIL (`interrupted`, not counted against the budget),
+unless their run had completed: then they are told its recorded value. A pruned trial
+(run/search_trial.py) counts against the budget. On Slurm, `n_jobs` trials stay in flight:
+each trial that ends is told at once and its slot refilled with a new job, rather than
+waiting for the whole batch (hydra issues 2257/3091). A search whose `optuna.db` Optuna 2.10
+wrote continues in a journal (sweepers/migration.py). A storage that stays unreachable stops
+the search in one line, after its running trials have ended and recorded themselves; the
+same command then continues it.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
-import warnings
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import optuna
+from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn
-from hydra_plugins.hydra_optuna_sweeper._impl import (
-    OptunaSweeperImpl,
-    create_params_from_overrides,
-)
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from experiments import study_storage
+from experiments.composition import plain
+from experiments.errors import ConfigError
+from experiments.run import search_trial
 from experiments.run.record import read_summary
-from experiments.sweepers import pruning
+from experiments.study_storage import StorageUnavailable
+from experiments.sweepers import migration, pruning, samplers, search_space
 
 log = logging.getLogger(__name__)
 
 DEFAULT_STUDY_NAME = "search"
 INTERRUPTED = "interrupted"  # user attribute of a trial whose search was killed while it ran
 FAILURE = "failure"  # user attribute: why a trial's run failed
+PRUNING_OFF = "pruning_off"  # user attribute: a trial whose storage failed ran on unpruned
 
 
-class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
+class ResumableOptunaSweeperImpl:
+    """The search. Its settings are checked when it is made (ConfigError: one line, exit 2,
+    before anything is written); `setup` and `sweep` are Hydra's Sweeper calls."""
+
     def __init__(
-        self, *args: Any, pruning: tuple[str, dict[str, Any]] = ("none", {}), **kwargs: Any
+        self,
+        sampler: Any,
+        direction: Any,
+        storage: Any,
+        study_name: str | None,
+        n_trials: int,
+        n_jobs: int,
+        params: Any = None,
+        custom_search_space: str | None = None,
+        pruner: Any = "none",
+        pruner_kwargs: Any = None,
     ) -> None:
-        super().__init__(*args, **kwargs)
-        self.pruning = pruning
+        self.sampler_config = plain(sampler) if sampler is not None else {}
+        self.directions = _directions(direction)
+        self.storage = study_storage.check(storage)
+        self.study_name = study_name
+        self.n_trials = n_trials
+        self.n_jobs = n_jobs
+        self.params = plain(params) or {}
+        self.custom_search_space = custom_search_space
+        self.sampler_name = samplers.check(self.sampler_config, len(self.directions))
+        self.is_grid = self.sampler_name == "grid"
+        self.pruning = pruning.check(pruner, plain(pruner_kwargs))
+        if self.pruning[0] != "none" and not self.storage:
+            raise ConfigError(
+                "hydra.sweeper.pruner",
+                self.pruning[0],
+                "none with storage=null: trials report to the study's storage",
+            )
+        self.sampler: Any = None
+        self.config: DictConfig | None = None
+        self.launcher: Any = None
+
+    def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            config=config, hydra_context=hydra_context, task_function=task_function
+        )
+
+    # ------------------------------------------------------------------ the search
 
     def sweep(self, arguments: list[str]) -> None:
         assert self.config is not None and self.launcher is not None
-        self._process_searchspace_config()
-        distributions, fixed = create_params_from_overrides(
-            [*self._parse_sweeper_params_config(), *arguments]
-        )
-        for name in fixed:
-            distributions.pop(name, None)
-        self.is_grid = (
-            isinstance(self.sampler, functools.partial)
-            and self.sampler.func == optuna.samplers.GridSampler
-        )
-        if self.is_grid:
-            grid = {name: self._to_grid_sampler_choices(d) for name, d in distributions.items()}
-            self.sampler = self.sampler(grid)
-            self.n_trials = min(self.n_trials, math.prod(len(v) for v in grid.values()))
-        directions = self._get_directions()
-        study = self._open_study(directions)
+        distributions, fixed = self._search_space(arguments)
         self._hold_the_study()
-        self._settle_interrupted(study, len(directions))
+        try:
+            study = self._open_study(self.directions)
+            self._run(study, distributions, fixed)
+        except migration.OldSchema as error:
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(2)
+        except StorageUnavailable as error:
+            print(
+                f"error: {error}; the search stopped (its running trials ended and are recorded "
+                "in their run directories); the same command continues it",
+                file=sys.stderr,
+            )
+            sys.exit(1)
+
+    def _search_space(self, arguments: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+        """The searched and fixed parameters, and the sampler built for them (a grid over
+        the searched ones): refused in one line before anything is written."""
+        params = [f"{key}={value}" for key, value in self.params.items()]
+        distributions, fixed = search_space.from_overrides([*params, *arguments])
+        grid = None
+        if self.is_grid:
+            try:
+                grid = {n: search_space.grid_choices(n, d) for n, d in distributions.items()}
+            except ConfigError as error:
+                _refuse(error)
+            self.n_trials = min(self.n_trials, math.prod(len(v) for v in grid.values()))
+        try:
+            self.sampler = samplers.build(self.sampler_config, grid)
+        except (TypeError, ValueError) as error:
+            _refuse(ConfigError("hydra/sweeper/sampler", self.sampler_name, str(error)))
+        return distributions, fixed
+
+    def _run(self, study: optuna.Study, distributions: dict, fixed: dict) -> None:
+        n_objectives = len(self.directions)
+        self._settle_interrupted(study, n_objectives)
         earlier = study.get_trials(deepcopy=False)
         if earlier:
             # A seeded sampler would draw its first start-up points again, those of the trials
@@ -80,24 +145,25 @@ class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
         log.info(
             f"Study {study.study_name!r} in {self.storage}: {done} of {self.n_trials} trials "
             f"done, {to_go} to go (sampler {type(self.sampler).__name__}, "
-            f"directions {directions})"
+            f"directions {self.directions})"
         )
-        pruning.write_spec(
-            Path(self.config.hydra.sweep.dir),
-            pruning.absolute_sqlite(self.storage),
-            study.study_name,
-            *self.pruning,
-        )
+        self._write_spec(study)
         if to_go > 0 and self._on_slurm():
-            self._keep_in_flight(study, distributions, fixed, to_go, len(directions))
+            self._keep_in_flight(study, distributions, fixed, to_go, n_objectives)
             to_go = 0
         while to_go > 0:
-            batch = [study.ask() for _ in range(min(self.n_jobs, to_go))]
+            batch = [self._ask(study) for _ in range(min(self.n_jobs, to_go))]
             overrides = self._configure_trials(batch, distributions, fixed)
             for trial, ret in zip(batch, self._launch(batch, overrides), strict=True):
-                self._tell(study, trial, ret, len(directions))
+                self._tell(study, trial, ret, n_objectives)
             to_go -= len(batch)
-        self._save_results(study, len(directions))
+        self._save_results(study, n_objectives)
+
+    def _write_spec(self, study: optuna.Study) -> None:
+        """Where the study is, for the trials (a pruned search), the report and the
+        dashboard."""
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        search_trial.write_spec(sweep_dir, self.storage, study.study_name, *self.pruning)
 
     def _on_slurm(self) -> bool:
         from hydra_plugins.experiments_launchers.slurm import ExperimentsSlurmLauncher
@@ -113,16 +179,17 @@ class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
         n_objectives: int,
     ) -> None:
         """n_jobs trials as Slurm jobs at all times: the first n_jobs as one job array, then
-        each trial that ends is told at once and a new one submitted in its slot."""
-        import time
-
+        each trial that ends is told at once and a new one submitted in its slot. A storage
+        that stays unreachable stops the refills; the jobs still running are waited for (they
+        record themselves) before the search says so."""
         from experiments.launchers import slurm_jobs
 
         sweep_dir = Path(self.config.hydra.sweep.dir)
         running: list[tuple[Trial, Any, list[str]]] = []
+        failure: StorageUnavailable | None = None
 
         def submit(count: int) -> None:
-            trials = [study.ask() for _ in range(count)]
+            trials = [self._ask(study) for _ in range(count)]
             overrides = self._configure_trials(trials, distributions, fixed)
             jobs = _by_number(
                 trials, overrides, lambda o, n: slurm_jobs.submit(self.launcher, self.config, o, n)
@@ -142,22 +209,34 @@ class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
                 trial, job, overrides = entry
                 running.remove(entry)
                 ret = slurm_jobs.outcome(job, overrides, sweep_dir / str(trial.number))
-                self._tell(study, trial, ret, n_objectives)
-                if to_go > 0:  # the slot is free: refill it now
-                    submit(1)
-                    to_go -= 1
+                if failure is not None:
+                    continue  # recorded in its run directory: the next search settles it
+                try:
+                    self._tell(study, trial, ret, n_objectives)
+                    if to_go > 0:  # the slot is free: refill it now
+                        submit(1)
+                        to_go -= 1
+                except StorageUnavailable as error:
+                    failure = error
+                    log.error(
+                        f"{error}: no new trials; waiting for the {len(running)} running "
+                        "trial(s) to end"
+                    )
+        if failure is not None:
+            raise failure
 
     def _hold_the_study(self) -> None:
-        """One search process per study: a second one (the same command in another shell)
-        would mark the first one's running trials as interrupted. Refused in one line; the
-        lock goes with the process, however it ends."""
+        """One search process per study file: a second one (the same storage from another
+        sweep directory) would mark the first one's running trials as interrupted. Refused
+        in one line; the lock goes with the process, however it ends. (The sweep directory's
+        own lock, run/lock.py, refuses the same command first.)"""
         import fcntl
-        import sys
 
-        storage = self.storage
-        if not (isinstance(storage, str) and storage.startswith("sqlite:///")):
+        path = study_storage.file_of(self.storage)
+        if path is None:
             return
-        lock = Path(storage.removeprefix("sqlite:///")).with_suffix(".lock")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = path.with_suffix(".lock")
         self._lock = open(lock, "w")  # noqa: SIM115 (held until the process ends)
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -170,26 +249,72 @@ class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
             sys.exit(2)
 
     def _open_study(self, directions: list[str]) -> optuna.Study:
-        storage = self.storage
-        if isinstance(storage, str) and storage.startswith("sqlite:///"):
-            # Created here, not earlier: a dry run (callbacks.on_multirun_start) never gets here.
-            Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-            init_sqlite_storage(storage)
-        return optuna.create_study(
-            study_name=self.study_name or (DEFAULT_STUDY_NAME if storage else None),
-            storage=storage,
-            sampler=self.sampler,
-            pruner=pruning.build(*self.pruning),
-            directions=directions,
-            load_if_exists=True,
-        )
+        """The study, created or loaded (an Optuna 2.10 database migrated first)."""
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        storage = None
+        if self.storage:
+            notice = migration.prepare(self.storage)
+            if notice:
+                log.warning(notice)
+            storage = study_storage.retrying(
+                "opening it", lambda: study_storage.open_storage(self.storage), self.storage
+            )
+
+        def create() -> optuna.Study:
+            return optuna.create_study(
+                study_name=self.study_name or (DEFAULT_STUDY_NAME if storage else None),
+                storage=storage,
+                sampler=self.sampler,
+                pruner=search_trial.build_pruner(*self.pruning),
+                directions=directions,
+                load_if_exists=True,
+            )
+
+        return study_storage.retrying("opening the study", create, self.storage)
+
+    def _ask(self, study: optuna.Study) -> Trial:
+        return study_storage.retrying("asking for a trial", study.ask, self.storage)
+
+    def _configure_trials(
+        self, trials: list[Trial], distributions: dict[str, Any], fixed: dict[str, Any]
+    ) -> list[tuple[str, ...]]:
+        """Each trial's overrides: its drawn parameters (and the custom search space's), then
+        the fixed ones, which the trial also carries as user attributes."""
+        extend = None
+        if self.custom_search_space:
+            from hydra.utils import get_method
+
+            extend = get_method(self.custom_search_space)
+        overrides = []
+        for trial in trials:
+
+            def draw(trial: Trial = trial) -> None:
+                for name, distribution in distributions.items():
+                    trial._suggest(name, distribution)
+                for name, value in fixed.items():
+                    trial.set_user_attr(name, value)
+                if extend is not None:
+                    extend(self.config, trial)
+
+            study_storage.retrying(f"drawing trial {trial.number}", draw, self.storage)
+            overlap = trial.params.keys() & fixed.keys()
+            if overlap:
+                raise ValueError(f"parameters both searched and fixed: {sorted(overlap)}")
+            values = {**trial.params, **fixed}
+            overrides.append(tuple(f"{name}={value}" for name, value in values.items()))
+        return overrides
 
     def _launch(self, batch: list[Trial], overrides: list[Any]) -> list[JobReturn]:
         return _by_number(batch, overrides, lambda o, n: self.launcher.launch(o, initial_job_idx=n))
 
     def _settle_interrupted(self, study: optuna.Study, n_objectives: int) -> None:
         """Trials still RUNNING when the search starts belong to a search that was killed."""
-        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        running = study_storage.retrying(
+            "reading its trials",
+            lambda: study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)),
+            self.storage,
+        )
+        for trial in running:
             run_dir = Path(self.config.hydra.sweep.dir) / str(trial.number)
             values = _recorded_values(run_dir)
             if (read_summary(run_dir) or {}).get("status") == "pruned":
@@ -200,19 +325,26 @@ class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
                 self._tell_state(study, trial.number, TrialState.COMPLETE, values)
             else:
                 log.info(f"Trial {trial.number} was interrupted: marked failed")
-                study._storage.set_trial_user_attr(trial._trial_id, INTERRUPTED, True)
-                if "grid_id" in trial.system_attrs:
-                    # GridSampler counts a finished trial's grid point as visited: this one
-                    # was not, and is to be drawn again.
-                    study._storage.set_trial_system_attr(trial._trial_id, "grid_id", None)
+
+                def mark(trial: FrozenTrial = trial) -> None:
+                    study._storage.set_trial_user_attr(trial._trial_id, INTERRUPTED, True)
+                    if "grid_id" in trial.system_attrs:
+                        # GridSampler counts a finished trial's grid point as visited: this
+                        # one was not, and is to be drawn again.
+                        study._storage.set_trial_system_attr(trial._trial_id, "grid_id", None)
+
+                study_storage.retrying(f"marking trial {trial.number}", mark, self.storage)
                 self._tell_state(study, trial.number, TrialState.FAIL)
 
     def _tell(self, study: optuna.Study, trial: Trial, ret: JobReturn, n_objectives: int) -> None:
-        """COMPLETE with the run's value(s); FAIL when the run failed. Optuna 2.10 refuses a
-        NaN value (tell raises and leaves the trial RUNNING), and the stock plugin then aborts
-        the search: a failed sweep point returns NaN (train.py), so it is a FAIL here. A run
-        the pruner stopped is recorded `pruned` in its summary.json: PRUNED here."""
+        """COMPLETE with the run's value(s); FAIL when the run failed (a failed sweep point
+        returns NaN: train.py). A run the pruner stopped is recorded `pruned` in its
+        summary.json: PRUNED here. A trial that ran unpruned because its storage failed
+        carries why (user attribute `pruning_off`)."""
         summary = read_summary(Path(self.config.hydra.sweep.dir) / str(trial.number)) or {}
+        if summary.get(PRUNING_OFF):
+            log.warning(f"Trial {trial.number} ran unpruned {summary[PRUNING_OFF]}")
+            self._set_user_attr(trial, PRUNING_OFF, summary[PRUNING_OFF])
         if summary.get("status") == "pruned":
             log.info(f"Trial {trial.number} pruned: {summary.get('pruned')}")
             self._tell_state(study, trial.number, TrialState.PRUNED)
@@ -224,24 +356,36 @@ class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
                 raise ValueError(f"the run returned {returned!r}")
         except Exception as error:
             log.warning(f"Trial {trial.number} failed: {error}")
-            trial.set_user_attr(FAILURE, f"{type(error).__name__}: {error}")
+            self._set_user_attr(trial, FAILURE, f"{type(error).__name__}: {error}")
             self._tell_state(study, trial.number, TrialState.FAIL)
             return
         self._tell_state(study, trial.number, TrialState.COMPLETE, values)
 
+    def _set_user_attr(self, trial: Trial, key: str, value: Any) -> None:
+        study_storage.retrying(
+            f"noting trial {trial.number}'s {key}",
+            lambda: trial.set_user_attr(key, value),
+            self.storage,
+        )
+
     def _tell_state(
         self, study: optuna.Study, number: int, state: TrialState, values: Any = None
     ) -> None:
-        try:
-            study.tell(number, state=state, values=values)
-        except RuntimeError as error:
-            # GridSampler calls study.stop() once the grid is covered, which raises outside
-            # study.optimize; the trial's state is stored before that.
-            if not (self.is_grid and "Study.stop" in str(error)):
-                raise
+        def tell() -> None:
+            try:
+                # skip_if_finished: a try again after a tell that was stored
+                study.tell(number, state=state, values=values, skip_if_finished=True)
+            except RuntimeError as error:
+                # GridSampler calls study.stop() once the grid is covered, which raises
+                # outside study.optimize; the trial's state is stored before that.
+                if not (self.is_grid and "Study.stop" in str(error)):
+                    raise
+
+        study_storage.retrying(f"telling trial {number} {state.name}", tell, self.storage)
 
     def _save_results(self, study: optuna.Study, n_objectives: int) -> None:
-        if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        completed = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if not completed:
             log.warning("No trial completed: no best parameters to report")
             return
         if n_objectives == 1:
@@ -259,17 +403,15 @@ class ResumableOptunaSweeperImpl(OptunaSweeperImpl):
         )
 
 
-def init_sqlite_storage(url: str) -> None:
-    """Create the storage's tables and stamp its schema version, once. Optuna 2.10 stamps
-    the version on a connection it never commits: with SQLAlchemy 2 the stamp is rolled back
-    and every later open fails (AssertionError in get_current_version). An autocommit engine
-    keeps it; the study itself then uses ordinary transactions."""
-    from optuna.storages import RDBStorage
+def _refuse(error: ConfigError) -> NoReturn:
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(ConfigError.exit_code)
 
-    logging.getLogger("alembic").setLevel(logging.WARNING)  # its INFO lines at every open
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # optuna 2.10 on SQLAlchemy 2
-        RDBStorage(url, engine_kwargs={"isolation_level": "AUTOCOMMIT"}).engine.dispose()
+
+def _directions(direction: Any) -> list[str]:
+    given = plain(direction) if OmegaConf.is_config(direction) else direction
+    names = given if isinstance(given, list) else [given]
+    return [str(getattr(d, "name", d)) for d in names]
 
 
 def counts_against_budget(trial: FrozenTrial) -> bool:

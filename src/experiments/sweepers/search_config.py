@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from experiments import study_storage
 from experiments.errors import ConfigError
 
 
@@ -27,9 +28,10 @@ def search_pruner(cfg: Any) -> str | None:
 
 def check_direction(cfg: Any, objectives: tuple[str, ...], directions: dict[str, bool]) -> None:
     """An Optuna search optimises what its trials return, the run's objective(s) (`objective`:
-    the family's by default): hydra-optuna-sweeper's default direction (minimize) would search
-    for the worst val_accuracy. One direction per objective, each the objective's; a study of
-    several objectives is Optuna's multi-objective study (its Pareto front), unpruned."""
+    the family's by default): the sweeper's default direction (minimize, as hydra-optuna-
+    sweeper's was) would search for the worst val_accuracy. One direction per objective, each
+    the objective's; a study of several objectives is Optuna's multi-objective study (its
+    Pareto front), unpruned."""
     if not _is_optuna(cfg):
         return
     direction = OmegaConf.select(cfg, "hydra.sweeper.direction", default=None)
@@ -50,3 +52,24 @@ def check_direction(cfg: Any, objectives: tuple[str, ...], directions: dict[str,
             f"none: a study of {len(objectives)} objectives ({', '.join(objectives)}) is "
             "Optuna's multi-objective study, which its pruners do not prune",
         )
+
+
+def storage_warning(cfg: Any) -> str | None:
+    """A pruned search on Slurm whose study is an SQLite file: every trial's job writes it
+    from its node, where SQLite's locks are unreliable (the plan's launch note: one line at
+    submission and in the dry run)."""
+    if not _is_optuna(cfg) or search_pruner(cfg) is None:
+        return None
+    if OmegaConf.select(cfg, "launcher.name", default=None) != "slurm":
+        return None
+    storage = OmegaConf.select(
+        cfg, "hydra.sweeper.storage", default=None, throw_on_resolution_failure=False
+    )
+    if study_storage.kind(storage) != "sqlite":
+        return None
+    return (
+        f"warning: hydra.sweeper.storage={storage}: each pruned trial's Slurm job writes this "
+        "SQLite file from its node, and SQLite's locks are unreliable on a shared (NFS) "
+        'filesystem ("database is locked", or a damaged study); the default journal file '
+        "(${hydra.sweep.dir}/optuna.journal) is safe there"
+    )

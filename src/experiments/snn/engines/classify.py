@@ -83,6 +83,8 @@ def train(plan: Any, recorder: Any) -> dict[str, Any]:
     finally:
         import torch.distributed as dist
 
+        if trainer.spikes is not None:
+            trainer.spikes.close()  # ended short: the figure child finishes on its own
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
 

@@ -194,6 +194,8 @@ class _Run:
         except EarlyStopped:
             pass
         except BaseException as error:  # DCP's CheckpointException too
+            if self.spikes is not None:
+                self.spikes.close()  # ended short: the figure child finishes on its own
             full = hooks.saves.full
             if full is None and not isinstance(error, (KeyboardInterrupt, SystemExit)):
                 full = hooks.saves.pending_full(error)  # the last step's, awaited at clean-up

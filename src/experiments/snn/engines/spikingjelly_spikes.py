@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 from experiments import collectives
-from experiments.snn import spikes
+from experiments.snn import spikes, spikes_file
+from experiments.snn.spikes_figure import FigureProcess
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,7 @@ class LoopSpikes:
         self.plan = plan
         self.records = records  # rank 0's: this run's evaluations so far (resumed ones kept)
         self._names: tuple[dict[str, str], list[str]] | None = None
+        self.figure = FigureProcess()  # rank 0's: draws spikes.png after each evaluation
         self.resume(records)
 
     def resume(self, records: list[dict[str, Any]]) -> None:
@@ -76,6 +78,7 @@ class LoopSpikes:
             record = spikes.combine(positions, self.settings, order, step, epoch)
             self.records.append(record)
             spikes.write(self.plan.run_dir, self.settings, self.records)
+            self.figure.request(self.plan.run_dir)  # drawn while the run goes on
         verdict = self.guard.after(record, raise_error=False) if record is not None else None
         return record, collectives.broadcast_from_rank0(verdict)
 
@@ -88,9 +91,15 @@ class LoopSpikes:
 
     def draw(self, recorder: Any) -> None:
         """The run's figure (rank 0, at the end): each layer's rate across evaluations."""
-        figure = spikes.draw(self.plan.run_dir, self.records)
+        if not self.records:
+            return
+        figure = self.figure.finish(self.plan.run_dir)
         if figure is not None:
             recorder.artifact(figure)
+
+    def close(self) -> None:
+        """A run that ended short: its figure child finishes on its own."""
+        self.figure.close()
 
     def _forward(self, scope: dict[str, Any], pp_rank: int) -> Any:
         if self.plan.dims.pipeline_parallel_size == 1:
@@ -139,4 +148,4 @@ class LoopSpikes:
 
 def records_up_to(run_dir: Path, step: int) -> list[dict[str, Any]]:
     """spikes.json's evaluations kept on a resume from `step` (the later ones are redone)."""
-    return [record for record in spikes.read(run_dir) if int(record.get("step", 0)) <= step]
+    return [record for record in spikes_file.read(run_dir) if int(record.get("step", 0)) <= step]

@@ -7,6 +7,7 @@ only knows what each architecture's builder supports, so validation can say it b
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import typing
 from typing import Any
@@ -18,6 +19,7 @@ from spikingjelly.activation_based.distributed.vision import ModelConfig
 from torch.overrides import TorchFunctionMode
 
 from experiments.errors import ConfigError
+from experiments.snn.models import neuron_key
 from experiments.topology import Capabilities
 
 # Architectures are recognised by class path, so planning imports only the chosen model's
@@ -27,9 +29,17 @@ SEW_RESNET34 = SJ_MODEL + "sew_resnet.SEWResNet34Config"
 SPIKFORMER = SJ_MODEL + "spikformer.SpikformerConfig"
 SPIKFORMER_CIFAR10 = SJ_MODEL + "spikformer.SpikformerCIFAR10Config"
 SEW_RESNET = "experiments.snn.models.sew_resnet.SEWResNetConfig"
-SPIKFORMER_TINY = "experiments.snn.models.spikformer.SpikformerTinyConfig"
+SPIKFORMER_DIMS = "experiments.snn.models.spikformer.SpikformerDimsConfig"
+SEW_DVS = "experiments.snn.models.sew_dvs.SEWDVSConfig"
 ZOO = "experiments.snn.models.zoo.ZooModelConfig"
 BASIC_BLOCK_DEPTHS = (18, 34)  # what SpikingJelly's SEW builder shards (TP) and splits (PP)
+# SpikingJelly's own config classes that take 3-channel input only, and the way round it.
+THREE_CHANNELS = {
+    SEW_RESNET34: "SpikingJelly's SEWResNet34Config requires in_channels=3; model=sew_resnet18 "
+    "model.depth=34 is the same network through our SEWResNetConfig, for any channel count",
+    SPIKFORMER_CIFAR10: "SpikingJelly's SpikformerCIFAR10Config builds a 3-channel stem; "
+    "model=spikformer_4_384 is the official CIFAR model for any channel count",
+}
 
 
 def _is(config: ModelConfig, class_path: str) -> bool:
@@ -37,9 +47,21 @@ def _is(config: ModelConfig, class_path: str) -> bool:
 
 
 def capabilities(config: ModelConfig) -> Capabilities:
+    caps = _splits(config)
+    reason = THREE_CHANNELS.get(f"{type(config).__module__}.{type(config).__qualname__}")
+    if reason is not None:  # the class itself: our subclasses take any channel count
+        return dataclasses.replace(caps, channels=3, channels_reason=reason)
+    return caps
+
+
+def _splits(config: ModelConfig) -> Capabilities:
     depth = getattr(config, "depth", 34)
     if _is(config, ZOO):
         return _zoo_capabilities(config)
+    if _is(config, SEW_DVS):
+        return _sew_dvs_capabilities(config)
+    if _is(config, SPIKFORMER_DIMS):
+        return _spikformer_capabilities(config)
     if _is(config, SEW_RESNET) and depth not in BASIC_BLOCK_DEPTHS:
         return Capabilities(
             (1,),
@@ -47,17 +69,45 @@ def capabilities(config: ModelConfig) -> Capabilities:
             "channels",
             note=f"SEW-ResNet{depth} is built from Bottleneck blocks, "
             "which SpikingJelly's builder neither shards (TP) nor splits into stages (PP)",
+            square_only=True,
         )
     if _is(config, SEW_RESNET34):  # includes SEWResNetConfig 18/34
-        return Capabilities((1, 2, 4), 64, "the 64 channels of its first BasicBlock stage")
+        return Capabilities(
+            (1, 2, 4), 64, "the 64 channels of its first BasicBlock stage", square_only=True
+        )
     if _is(config, SPIKFORMER_CIFAR10):
         return Capabilities((1, 2), 12, "its 12 attention heads", 4, fixed_image_size=32)
-    if _is(config, SPIKFORMER_TINY):
-        return Capabilities((1, 2), 8, "its 8 attention heads", 16)
     if _is(config, SPIKFORMER):
         return Capabilities((1, 2, 4), 12, "its 12 attention heads", 16)
     return Capabilities(
         (1,), 1, "channels", note=f"{type(config).__name__} declares no TP/PP split"
+    )
+
+
+def _spikformer_capabilities(config: Any) -> Capabilities:
+    """Head-wise TP also splits the stem's first width (embed_dims/8); stages: SpikingJelly's
+    split for 4 or 6 blocks, equal runs of blocks otherwise (snn/models/spikformer.py)."""
+    depth = config.depths
+    stages = {4: (1, 2), 6: (1, 2, 4)}.get(depth) or tuple(
+        size for size in (1, 2, 4) if depth % size == 0
+    )
+    heads = config.num_heads
+    return Capabilities(
+        stages, math.gcd(heads, config.embed_dims // 8), f"its {heads} attention heads"
+    )
+
+
+def _sew_dvs_capabilities(config: Any) -> Capabilities:
+    stages = len(config.stage_channels)
+    return Capabilities(
+        (1,),
+        1,
+        "channels",
+        min_image_side=config.smallest_side,
+        image_reason=f"its {stages} 2x2 max-pools",
+        memopt=False,
+        note=f"SEW-ResNet's {stages}-stage DVS network is built whole (no channel-TP shard, "
+        "no pipeline split); it runs on topology=single, ddp or fsdp2",
     )
 
 
@@ -90,12 +140,14 @@ def instantiate_model_config(node: DictConfig) -> ModelConfig:
         raise ConfigError("model._target_", target, f"cannot import it ({error})") from None
     if not (isinstance(cls, type) and issubclass(cls, ModelConfig)):
         raise ConfigError("model._target_", target, "must be a SpikingJelly ModelConfig subclass")
-    # A config whose group spells some fields differently (the zoo's model.neuron._target_)
-    # translates them into its dataclass fields, checking them on the way.
+    names = {field.name for field in dataclasses.fields(cls)}
+    # The neuron key (model.neuron, model.surrogate, model.detach_reset; neuron_key.py) ->
+    # SpikingJelly's NeuronConfig, checked on the way; the zoo's class adds its own rule.
     translate = getattr(cls, "group_values", None)
     if translate is not None:
         values = translate(values)
-    names = {field.name for field in dataclasses.fields(cls)}
+    elif "neuron_config" in names:
+        values = neuron_key.group_values(cls, values)
     for key, value in values.items():
         if key not in names:
             raise ConfigError(
@@ -119,7 +171,18 @@ def instantiate_model_config(node: DictConfig) -> ModelConfig:
 
 
 # Integer fields that count something: a value below 1 can never build a model.
-_POSITIVE_FIELDS = {"time_steps", "num_classes", "image_size", "in_channels", "depth"}
+_POSITIVE_FIELDS = {
+    "time_steps",
+    "num_classes",
+    "image_size",
+    "image_height",
+    "image_width",
+    "in_channels",
+    "depth",
+    "depths",
+    "embed_dims",
+    "num_heads",
+}
 
 
 def _check_field_type(cls: type, key: str, value: Any) -> None:
