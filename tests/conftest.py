@@ -60,6 +60,16 @@ TINY_POINT = [
     # point at its third evaluation. test_spikes proves the guard; these points prove the rest.
     "trainer.spikes.guard=null",
 ]
+# The Slurm layout docs/recipes.md gives SEW-ResNet-34's ImageNet recipe: 4 nodes x 8 GPUs,
+# FSDP2 x channel TP 2, command-line overrides of experiment=sew_resnet34_imagenet.
+SLURM_FSDP2_TP = [
+    "launcher=slurm",
+    "launcher.nodes=4",
+    "launcher.tasks_per_node=8",
+    "launcher.gpus_per_node=8",
+    "topology=fsdp2",
+    "topology.tensor_parallel_size=2",
+]
 # pytest-timeout is 600 s a test (pyproject); one command of a test stays well below it.
 DEFAULT_TIMEOUT = 300
 MAX_TIMEOUT = 500
@@ -623,6 +633,7 @@ LONGEST_FIRST = (
     "test_topologies.py",
     "test_research_sweeps.py",
     "test_robustness.py",
+    "test_recipes.py",
     "test_gan.py",
     "test_gan_distributed.py",
     "test_sweeps.py",

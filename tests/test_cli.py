@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import BIN, FAST, read_jsonl, run_cli, run_cli_in_process
+from .conftest import BIN, FAST, SLURM_FSDP2_TP, read_jsonl, run_cli, run_cli_in_process
 
 
 @pytest.mark.slow
@@ -77,12 +77,12 @@ def test_plus_on_a_preset_group_says_to_drop_the_plus(group: str, tmp_path: Path
 
 @pytest.mark.slow
 def test_a_preset_whose_data_root_is_required_can_be_dry_run(tmp_path: Path) -> None:
-    preset = "experiment=sew_resnet34_imagenet_fsdp2_tp_slurm"
-    result = run_cli_in_process([preset, "dry_run=true"], cwd=tmp_path)
+    preset = ["experiment=sew_resnet34_imagenet", *SLURM_FSDP2_TP]  # 4 Slurm nodes of 8 GPUs
+    result = run_cli_in_process([*preset, "dry_run=true"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "mesh dp=16 x pp=1 x tp=2" in result.stdout
     assert "<required: set data.root=... before a real run>" in result.stdout
-    real = run_cli_in_process([preset], cwd=tmp_path)  # without dry_run the root is required
+    real = run_cli_in_process(preset, cwd=tmp_path)  # without dry_run the root is required
     assert real.returncode == 2
     assert "data.root='???': must be set" in real.stderr
     assert list(tmp_path.iterdir()) == []

@@ -45,6 +45,16 @@ def shape_problems() -> list[str]:
         for name in seam.TRAIN_STEP_LOCALS
         if not steps or name not in set(steps[0].co_varnames) | set(steps[0].co_freevars)
     ]
+    problems += [
+        f"train_classification has no local {name!r} (read by timm's Mixup in its mixup place)"
+        for name in seam.MIXUP_LOCALS
+        if name not in own
+    ]
+    if f"v2.{seam.MIXUP_BUILT}(" not in inspect.getsource(training.train_classification):
+        problems.append(
+            f"train_classification builds no v2.{seam.MIXUP_BUILT}(...) (the mixup place "
+            "timm's Mixup takes)"
+        )
     calls = inspect.getsource(training.train_classification).count("torch.cuda.synchronize(device)")
     if calls != seam.SYNCHRONIZE_CALLS:
         problems.append(

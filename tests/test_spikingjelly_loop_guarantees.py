@@ -202,18 +202,22 @@ def test_a_single_process_sets_its_own_rendezvous(monkeypatch: pytest.MonkeyPatc
     assert "MASTER_PORT" not in single_process_env() and "RANK" not in single_process_env()
 
 
-@pytest.mark.parametrize("ranks", [8, 4])
-def test_the_presets_cosine_spans_the_run_on_any_gpu_count(imagefolder: Path, ranks: int) -> None:
-    """SpikingJelly's loop steps the scheduler once per optimizer step (issue 26 item 9), and
-    the Spikformer preset's `T_max: auto` is derived from the run under its topology: on 4
-    ranks twice the steps of 8, so the cosine ends at 0 on the last step instead of reaching
-    0 halfway and climbing back up (issue 50)."""
-    base = ["experiment=spikformer_cifar10_ddp", f"data.root={imagefolder}"]
-    plan = plan_for([*base, f"launcher.nproc_per_node={ranks}"])
+@pytest.mark.parametrize("ranks", [8, 4, 1])
+def test_a_presets_epoch_schedule_follows_the_run_on_any_gpu_count(
+    imagefolder: Path, ranks: int
+) -> None:
+    """SpikingJelly's loop steps the scheduler once per optimizer step (issue 26 item 9); a
+    paper's schedule stepped once per epoch (epoch_schedule.EpochSchedule) gets the run's steps
+    an epoch, derived under its topology (issue 58). The preset's global batch does not move
+    with the GPU count, so neither do the steps of an epoch: 40 images in global batches of 8
+    are 5 steps on 1, 4 or 8 ranks."""
+    base = ["experiment=sew_resnet34_imagenet", f"data.root={imagefolder}", "data.num_classes=10"]
+    ddp = ["topology=ddp", "launcher=torchrun", f"launcher.nproc_per_node={ranks}"]
+    plan = plan_for([*base, "trainer.global_batch_size=8", *(ddp if ranks > 1 else [])])
     images = len(list((imagefolder / "train").rglob("*.png")))
-    per_epoch = math.ceil(math.ceil(images / ranks) / 64)  # the sampler pads per rank
-    assert plan.training_config.scheduler_kwargs == {"T_max": 300 * per_epoch}
-    assert f"T_max {300 * per_epoch}: 300 epochs x {images} images over {ranks}" in (plan.as_text())
+    assert plan.training_config.scheduler_kwargs["steps_per_epoch"] == math.ceil(images / 8) == 5
+    assert plan.training_config.batch_size == 8 // ranks
+    assert "CosineAnnealingLR stepped once per epoch of 5 optimizer steps" in plan.as_text()
 
 
 def test_a_cosine_shorter_than_the_run_is_refused_before_launch() -> None:

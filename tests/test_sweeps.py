@@ -14,7 +14,15 @@ import yaml
 
 from experiments.report import write_report
 
-from .conftest import BIN, compose_run, plan_for, read_jsonl, run_cli, unreadable_imagefolder
+from .conftest import (
+    BIN,
+    SLURM_FSDP2_TP,
+    compose_run,
+    plan_for,
+    read_jsonl,
+    run_cli,
+    unreadable_imagefolder,
+)
 from .support import processes
 
 pytestmark = pytest.mark.slow
@@ -124,9 +132,9 @@ def test_rerunning_the_sweep_skips_completed_points(sweep: dict) -> None:
 
 PRESETS = {
     "digits_sew_resnet18": [],
-    "spikformer_cifar10_ddp": ["data.root={root}"],
     # ImageNet's 1000 classes do not match the test folder's 10 (refused, rightly)
-    "sew_resnet34_imagenet_fsdp2_tp_slurm": ["data.root={root}", "data.num_classes=10"],
+    "sew_resnet34_imagenet": ["data.root={root}", "data.num_classes=10"],
+    "spikformer_8_384_imagenet": ["data.root={root}", "data.num_classes=10"],
 }
 
 
@@ -145,11 +153,15 @@ def _pinned(node: object, prefix: str = "") -> dict[str, object]:
 def test_experiment_presets_compose_and_validate(name: str, imagefolder: Path) -> None:
     extra = [value.format(root=imagefolder) for value in PRESETS[name]]
     plan = plan_for([f"experiment={name}", *extra])
-    if name == "sew_resnet34_imagenet_fsdp2_tp_slurm":
-        assert plan.dims.mesh_shape == (16, 1, 2) and plan.engine == "spikingjelly"
-        assert plan.training_config.precision.mode == "bf16"
-    if name == "spikformer_cifar10_ddp":
-        assert plan.dims.world_size == 8 and plan.training_config.batch_size == 64
+    if name == "sew_resnet34_imagenet":
+        assert plan.global_batch == 256 and plan.training_config.batch_size == 256
+        # the Slurm layout is an override of the one preset, not a preset of its own
+        slurm = plan_for([f"experiment={name}", *extra, *SLURM_FSDP2_TP, "trainer.precision=bf16"])
+        assert slurm.dims.mesh_shape == (16, 1, 2) and slurm.engine == "spikingjelly"
+        assert slurm.training_config.precision.mode == "bf16"
+        assert slurm.global_batch == 256 and slurm.training_config.batch_size == 16
+    if name == "spikformer_8_384_imagenet":  # an override of 8-512's recipe: its model only
+        assert plan.choices["model"] == "spikformer_8_384" and plan.global_batch == 192
     if name == "digits_sew_resnet18":
         assert plan.choices["model"] == "sew_resnet18" and plan.choices["data"] == "digits"
     # every value the preset pins reaches the composed config, unless the test overrides it

@@ -27,3 +27,35 @@ def checked(optimizer: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     if "weight_decay" in kwargs:
         check.non_negative_number(kwargs["weight_decay"], "optimizer.weight_decay")
     return str(optimizer["name"]), kwargs
+
+
+class AdamWNoDecayOn1D(torch.optim.AdamW):
+    """AdamW whose weight decay spares 1-D parameters (biases, normalisation weights), as
+    timm's optimizer factory builds it for the papers trained with timm's scripts (Spikformer:
+    `create_optimizer_v2(..., filter_bias_and_bn=True)`, whose `param_groups_weight_decay`
+    exempts every parameter of one dimension and every bias). SpikingJelly's loop builds the
+    optimizer from `model.parameters()` alone, so the split is made here, by dimension (a
+    bias is one-dimensional; sharded FSDP2/TP parameters keep their global shape)."""
+
+    exempt = "1-D parameters"  # what the recipe card shows (snn/recipe_card.py)
+
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+    ) -> None:
+        params = list(params)
+        decayed = [p for p in params if p.ndim > 1]
+        spared = [p for p in params if p.ndim <= 1]
+        groups = [
+            group
+            for group in (
+                {"params": decayed, "weight_decay": weight_decay},
+                {"params": spared, "weight_decay": 0.0},
+            )
+            if group["params"]
+        ]
+        super().__init__(groups, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay)

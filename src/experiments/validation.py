@@ -63,15 +63,23 @@ def arguments(cls: type, kwargs: dict[str, Any], prefix: str, skip: int) -> None
     """The class's own signature decides: an argument it does not take, or a required one
     that is missing, is refused before launch (not a TypeError once the run exists).
     `skip` leading parameters (the optimizer's params, the scheduler's optimizer) are ours."""
+    call_arguments(cls.__init__, kwargs, prefix, 1 + skip, cls.__name__)
 
-    parameters = list(inspect.signature(cls.__init__).parameters.values())[1 + skip :]
+
+def call_arguments(
+    function: Any, kwargs: dict[str, Any], prefix: str, skip: int, name: str | None = None
+) -> None:
+    """As `arguments`, for any callable (a loss function): its first `skip` parameters are
+    the caller's."""
+    name = name or getattr(function, "__name__", str(function))
+    parameters = list(inspect.signature(function).parameters.values())[skip:]
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return
     names = [p.name for p in parameters if p.kind is not inspect.Parameter.VAR_POSITIONAL]
     for key, value in kwargs.items():
         if key not in names:
             hint = nearest(key, names, prefix, "it takes ")
-            raise ConfigError(f"{prefix}{key}", value, f"not an argument of {cls.__name__}; {hint}")
+            raise ConfigError(f"{prefix}{key}", value, f"not an argument of {name}; {hint}")
     for parameter in parameters:
         if parameter.default is inspect.Parameter.empty and parameter.name not in kwargs:
             if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
@@ -79,7 +87,7 @@ def arguments(cls: type, kwargs: dict[str, Any], prefix: str, skip: int) -> None
             raise ConfigError(
                 f"{prefix}{parameter.name}",
                 None,
-                f"required by {cls.__name__}; set +{prefix}{parameter.name}=<value>",
+                f"required by {name}; set +{prefix}{parameter.name}=<value>",
             )
 
 

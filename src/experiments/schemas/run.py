@@ -1,7 +1,8 @@
 """The run config's own keys (conf/train.yaml), around the config groups.
 
-`objective` and `resume` are checked by the family (which metrics it reports, which
-checkpoints it reads); what a key can be on its own is checked here.
+`objective`, `resume` and `paper` are checked by the family (which metrics it reports, which
+checkpoints it reads, the recipe a paper's preset carries); what a key can be on its own is
+checked here.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class RunConfig:
     are Any and default to None: `from_values` checks the run's own keys alone."""
 
     seed: int
+    paper: Any  # a paper preset's recipe card (snn/recipe_card.py checks it); null otherwise
     objective: Any  # auto, a metric, or a list of metrics (a multi-objective search)
     dry_run: Any  # one of DRY_RUNS
     preflight: bool  # check the environment before launch (preflight.py)
@@ -48,6 +50,7 @@ class RunConfig:
         """The run's own keys of a composed, resolved config (composition._resolve)."""
         return cls(
             seed=values["seed"],
+            paper=values["paper"],
             objective=values["objective"],
             dry_run=values["dry_run"],
             preflight=values["preflight"],

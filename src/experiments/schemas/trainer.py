@@ -103,6 +103,14 @@ class ExecutionMode(StrEnum):
     cuda_graph = "cuda_graph"  # CUDA, one rank
 
 
+class MixupMode(StrEnum):
+    """timm's Mixup modes (snn/mixup.py)."""
+
+    batch = "batch"  # one draw per batch
+    pair = "pair"  # per pair of images
+    elem = "elem"  # per image
+
+
 class MemoptBudget(StrEnum):
     """How much SpikingJelly's memopt recomputes."""
 
@@ -144,6 +152,14 @@ class TrainerConfig:
     memopt_compress_inputs: bool
     scheduler: str | None  # a torch.optim.lr_scheduler class path
     scheduler_kwargs: dict[str, Any]  # its arguments (checked against it: snn/trainer.py)
+    loss_function: str  # an import path, called as loss_function(logits, targets, **loss_kwargs)
+    loss_kwargs: dict[str, Any]  # its arguments (checked against it: snn/trainer.py)
+    mixup_alpha: float  # > 0: SpikingJelly's loop mixes every batch (Beta(alpha, alpha))
+    cutmix_alpha: float  # timm's Mixup keys from here on (snn/mixup.py)
+    mixup_prob: float
+    mixup_switch_prob: float
+    mixup_mode: MixupMode
+    mixup_off_epoch: int | None  # N: only the first N epochs are mixed
     log_every_n_steps: int
     check_replicas: bool
     profile_steps: int  # 0: off
@@ -160,6 +176,15 @@ class TrainerConfig:
         integer(self.keep_checkpoints, "trainer.keep_checkpoints", minimum=1)
         integer(self.log_every_n_steps, "trainer.log_every_n_steps", minimum=1)
         integer(self.profile_steps, "trainer.profile_steps", minimum=0)
+        non_negative_number(self.mixup_alpha, "trainer.mixup_alpha")
+        non_negative_number(self.cutmix_alpha, "trainer.cutmix_alpha")
+        for key, probability in (
+            ("mixup_prob", self.mixup_prob),
+            ("mixup_switch_prob", self.mixup_switch_prob),
+        ):
+            if not 0 <= probability <= 1:
+                raise ConfigError(f"trainer.{key}", probability, "a probability from 0 to 1")
+        optional_integer(self.mixup_off_epoch, "trainer.mixup_off_epoch", minimum=1)
         if self.engine == "cpu":
             raise ConfigError("trainer.engine", "cpu", RETIRED_ENGINE)
         if self.engine not in ENGINES:

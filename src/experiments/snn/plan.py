@@ -29,7 +29,16 @@ from experiments.composition import (
 )
 from experiments.errors import ConfigError
 from experiments.launchers import launch_notes, launcher_module
-from experiments.snn import classify_plan, model_input, neurons, schedule, sj_errors, spikes
+from experiments.snn import (
+    classify_plan,
+    mixup,
+    model_input,
+    neurons,
+    recipe_card,
+    schedule,
+    sj_errors,
+    spikes,
+)
 from experiments.snn import trainer as snn_trainer
 from experiments.snn.family import OBJECTIVE
 from experiments.snn.models import capabilities, instantiate_model_config, parameter_count
@@ -42,6 +51,7 @@ TRAINER_FIELDS = ("epochs", "batch_size", "workers", "scheduler", "execution_mod
 DIMS_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "pipeline_microbatches",
                "data_parallel")  # fmt: skip
 DERIVED = ("accumulation_steps", "derivation")  # batch keys of a derived batch (derive_batch)
+LIBRARY_LOSS = TrainingConfig.__dataclass_fields__["loss_function"].default
 
 
 @dataclass
@@ -71,6 +81,10 @@ class SNNPlan:
     trainer_args: list[str] = field(default_factory=list)
     # trainer.spikes checked: the spike and energy measurement at each evaluation (spikes.py)
     spikes: Any = None
+    # a paper's preset: its `paper` node and this run's recipe in the card's fields
+    # (recipe_card.py), printed side by side by the dry run
+    paper: dict[str, Any] | None = None
+    card: dict[str, Any] = field(default_factory=dict)
 
     objective: str = OBJECTIVE  # the metric a sweep optimises and a re-run reports
 
@@ -114,8 +128,16 @@ class SNNPlan:
             "neuron": self.neuron,
             **({"spikes": dataclasses.asdict(self.spikes)} if self.spikes is not None else {}),
             "library_config": config.as_dict(),
+            **({"recipe": {"paper": self.paper, "this_run": self.card}} if self.paper else {}),
             **({"trainer_args": self.trainer_args} if self.trainer_args else {}),
         }
+
+    def mixup(self) -> str | None:
+        """Which mixup the loop runs, if any (snn/mixup.py); trainer=classify mixes in its own
+        collate."""
+        if self.engine != "spikingjelly":
+            return None
+        return mixup.describe(self.trainer, self.training_config.input_layout)
 
     def stop_bound(self) -> str:
         """What a stop loses on SpikingJelly's loop (engines/spikingjelly_loop.py)."""
@@ -154,6 +176,7 @@ class SNNPlan:
             f"{plan['batch']['global']} global"
             + (f" ({plan['batch']['derivation']})" if "derivation" in plan["batch"] else ""),
             *([f"  schedule   {self.trainer['schedule']}"] if "schedule" in self.trainer else []),
+            *([f"  mixup      {mixing}"] if (mixing := self.mixup()) else []),
             f"  run dir    {self.run_dir}",
             f"  launcher   {plan['launcher']}; it would execute:",
         ]
@@ -166,6 +189,8 @@ class SNNPlan:
         if self.trainer_args:
             lines.append("  SpikingJelly train_classify.Trainer arguments (get_args_parser()):")
             lines += [f"    {argument}" for argument in self.trainer_args]
+        if self.paper is not None:
+            lines += recipe_card.as_text(self.paper, self.card)
         lines.append("  library config (SpikingJelly TrainingConfig.as_dict()):")
         lines += [
             f"    {line}" for line in json.dumps(plan["library_config"], indent=2).splitlines()
@@ -317,6 +342,10 @@ def _training_config(
             optimizer=optimizer_name,
             optimizer_kwargs=optimizer_kwargs,
             scheduler_kwargs=trainer["scheduler_kwargs"] or {},
+            # trainer=classify has none of the loss keys (its Trainer's own label_smoothing)
+            loss_function=trainer.get("loss_function", LIBRARY_LOSS),
+            loss_kwargs=dict(trainer.get("loss_kwargs") or {}),
+            mixup_alpha=float(trainer.get("mixup_alpha", 0.0)),
             precision=PrecisionConfig(
                 mode=trainer["precision"], fp8_recipe=trainer.get("fp8_recipe", "auto")
             ),
@@ -493,7 +522,7 @@ def build_snn_plan(
             "trainer.memopt_level", trainer["memopt_level"], f"0: {model_name} has no memopt split"
         )
     _check_reshard(run_dir, extensions, engine, dims, trainer, resume, model_config)
-    return SNNPlan(
+    return _with_recipe_card(SNNPlan(
         choices=dict(choices),
         run_dir=run_dir,
         overrides=list(overrides),
@@ -515,4 +544,14 @@ def build_snn_plan(
             trainer, device=device, optimizer=optimizer_name, optimizer_kwargs=optimizer_kwargs,
             seed=values["seed"], run_dir=run_dir, model=model_name,
         ) if classic else [],
-    )  # fmt: skip
+    ), values, classic)  # fmt: skip
+
+
+def _with_recipe_card(plan: SNNPlan, values: dict[str, Any], classic: bool) -> SNNPlan:
+    """A paper's preset (its `paper` node): this run's recipe in the card's fields beside it
+    (recipe_card.py). The card reads SpikingJelly's TrainingConfig, which trainer=classify
+    only describes."""
+    paper = recipe_card.checked_paper(values.get("paper"))
+    if paper is not None and not classic:
+        plan.paper, plan.card = paper, recipe_card.ours(values, plan)
+    return plan

@@ -8,6 +8,9 @@ short batch), capped by `trainer.max_steps`. That number changes with the GPU co
 preset written for 8 ranks reaches zero halfway through on 4 and climbs again. `auto` (the
 presets' value) derives it; a number below the run's steps is refused before launch: a cosine
 would climb back up, and OneCycleLR raises mid-run when stepped past `total_steps`.
+
+A schedule the paper stepped once per epoch (epoch_schedule.EpochSchedule) needs the optimizer
+steps of one epoch instead: its `steps_per_epoch: auto` is derived the same way.
 """
 
 from __future__ import annotations
@@ -21,23 +24,48 @@ from experiments.errors import ConfigError
 # The scheduler argument that counts the steps of the whole schedule, by class name.
 LENGTH_ARGUMENT = {"CosineAnnealingLR": "T_max", "OneCycleLR": "total_steps"}
 AUTO = "auto"
+EPOCH_SCHEDULE = "EpochSchedule"  # epoch_schedule.py
+STEPS_PER_EPOCH = "steps_per_epoch"
+
+
+def steps_per_epoch(images: int, trainer: dict[str, Any], dims: Any) -> int:
+    """The optimizer steps of one epoch on SpikingJelly's loop under this topology (its
+    train loader's length)."""
+    per_rank = math.ceil(images / dims.data_parallel_size)
+    batch = int(trainer["batch_size"])
+    return per_rank // batch if dims.pipeline_parallel_size > 1 else math.ceil(per_rank / batch)
 
 
 def optimizer_steps(images: int, trainer: dict[str, Any], dims: Any) -> int:
     """The optimizer steps of the run on SpikingJelly's loop under this topology."""
-    per_rank = math.ceil(images / dims.data_parallel_size)
-    batch = int(trainer["batch_size"])
-    per_epoch = (
-        per_rank // batch if dims.pipeline_parallel_size > 1 else math.ceil(per_rank / batch)
-    )
-    steps = int(trainer["epochs"]) * per_epoch
+    steps = int(trainer["epochs"]) * steps_per_epoch(images, trainer, dims)
     return min(steps, int(trainer["max_steps"])) if trainer.get("max_steps") else steps
+
+
+def _per_epoch(trainer: dict[str, Any], data: dict[str, Any], dims: Any) -> dict[str, Any]:
+    """EpochSchedule's `steps_per_epoch: auto` derived from the run."""
+    kwargs = dict(trainer.get("scheduler_kwargs") or {})
+    if kwargs.get(STEPS_PER_EPOCH) != AUTO:
+        return trainer
+    images = training_images(data)
+    if images is None:  # a dry run's placeholder data.root: a real run has to set it
+        how = f"{STEPS_PER_EPOCH} auto: derived from data.root's training images before launch"
+        return {**trainer, "schedule": how}
+    steps = steps_per_epoch(images, trainer, dims)
+    how = (
+        f"{kwargs['schedule'].rsplit('.', 1)[-1]} stepped once per epoch of {steps} optimizer "
+        f"steps ({images} images over {dims.data_parallel_size} data-parallel rank(s) in "
+        f"batches of {trainer['batch_size']})"
+    )
+    return {**trainer, "scheduler_kwargs": {**kwargs, STEPS_PER_EPOCH: steps}, "schedule": how}
 
 
 def follow_the_run(trainer: dict[str, Any], data: dict[str, Any], dims: Any) -> dict[str, Any]:
     """`trainer` with an `auto` schedule length derived from the run, and `schedule` saying
     how; a length shorter than the run refused."""
     name = str(trainer.get("scheduler") or "").rsplit(".", 1)[-1]
+    if name == EPOCH_SCHEDULE:
+        return _per_epoch(trainer, data, dims)
     argument = LENGTH_ARGUMENT.get(name)
     kwargs = dict(trainer.get("scheduler_kwargs") or {})
     if argument is None or argument not in kwargs:

@@ -10,7 +10,10 @@ from typing import Any
 import torch
 
 from experiments import data as data_group
+from experiments import validation as check
 from experiments.errors import ConfigError
+from experiments.snn import mixup
+from experiments.snn.epoch_schedule import EpochSchedule, is_timm
 from experiments.topology import ParallelDims
 from experiments.validation import arguments as check_args
 
@@ -18,19 +21,91 @@ ENGINE = "spikingjelly"
 
 
 def checked(trainer: dict[str, Any]) -> dict[str, Any]:
-    """What the trainer's schema cannot check without torch (schemas/trainer.py checks the
-    keys' types, ranges and rules): the scheduler is a torch lr_scheduler, and its
-    arguments are ones it takes."""
-    if trainer["scheduler"] is not None:
-        cls = data_group.import_object(str(trainer["scheduler"]), "trainer.scheduler")
-        if not (isinstance(cls, type) and issubclass(cls, torch.optim.lr_scheduler.LRScheduler)):
-            raise ConfigError(
-                "trainer.scheduler",
-                trainer["scheduler"],
-                "a torch.optim.lr_scheduler class path, e.g. torch.optim.lr_scheduler.StepLR",
-            )
-        check_args(cls, trainer["scheduler_kwargs"] or {}, "trainer.scheduler_kwargs.", 1)
+    """What the trainer's schema cannot check without importing what its keys name
+    (schemas/trainer.py checks the keys' types, ranges and the rules between them): the
+    scheduler and the loss function with their arguments, and mixup's keys against the loop's
+    own mixup (snn/mixup.py)."""
+    _check_scheduler(trainer)
+    _check_loss(trainer)
+    mixup.checked(trainer)
     return trainer
+
+
+def _check_scheduler(trainer: dict[str, Any]) -> None:
+    if trainer["scheduler"] is None:  # (its arguments without it: the schema's rule)
+        return
+    cls = data_group.import_object(str(trainer["scheduler"]), "trainer.scheduler")
+    if not (isinstance(cls, type) and issubclass(cls, torch.optim.lr_scheduler.LRScheduler)):
+        raise ConfigError(
+            "trainer.scheduler",
+            trainer["scheduler"],
+            "a torch.optim.lr_scheduler class path, e.g. torch.optim.lr_scheduler.StepLR",
+        )
+    kwargs = dict(trainer["scheduler_kwargs"] or {})
+    if cls is EpochSchedule:
+        _check_epoch_schedule(kwargs, int(trainer["epochs"]))
+    else:
+        check_args(cls, kwargs, "trainer.scheduler_kwargs.", 1)
+
+
+def _check_epoch_schedule(kwargs: dict[str, Any], epochs: int) -> None:
+    """EpochSchedule's own keys, then the paper's scheduler's arguments against its class."""
+    prefix = "trainer.scheduler_kwargs."
+    steps = kwargs.pop("steps_per_epoch", "auto")
+    if steps != "auto":
+        check.integer(steps, f"{prefix}steps_per_epoch", minimum=1)
+    path = kwargs.pop("schedule", None)
+    if path is None:
+        raise ConfigError(
+            f"{prefix}schedule",
+            None,
+            "the scheduler stepped once per epoch, e.g. timm.scheduler.CosineLRScheduler or "
+            "torch.optim.lr_scheduler.CosineAnnealingLR",
+        )
+    inner = data_group.import_object(str(path), f"{prefix}schedule")
+    torch_class = isinstance(inner, type) and issubclass(
+        inner, torch.optim.lr_scheduler.LRScheduler
+    )
+    if not (torch_class or is_timm(inner)):
+        raise ConfigError(
+            f"{prefix}schedule",
+            path,
+            "a torch.optim.lr_scheduler or timm.scheduler class path, e.g. "
+            "timm.scheduler.CosineLRScheduler",
+        )
+    check_args(inner, kwargs, prefix, 1)
+    length = kwargs.get("T_max")
+    cosine = inner is torch.optim.lr_scheduler.CosineAnnealingLR
+    if cosine and isinstance(length, int) and length < epochs:
+        raise ConfigError(
+            f"{prefix}T_max",
+            length,
+            f"a number >= trainer.epochs={epochs}: stepped once per epoch, the cosine "
+            f"reaches its minimum at epoch {length} and climbs back up",
+        )
+
+
+def _check_loss(trainer: dict[str, Any]) -> None:
+    """SpikingJelly's loss_function and loss_kwargs: the function is called as
+    `function(logits, targets, **loss_kwargs)`."""
+    function = data_group.import_object(str(trainer["loss_function"]), "trainer.loss_function")
+    if not callable(function):
+        raise ConfigError(
+            "trainer.loss_function",
+            trainer["loss_function"],
+            "a function (logits, targets) -> loss, e.g. torch.nn.functional.cross_entropy",
+        )
+    kwargs = trainer["loss_kwargs"]
+    check.call_arguments(function, kwargs, "trainer.loss_kwargs.", 2)
+    smoothing = kwargs.get("label_smoothing", 0.0)
+    if (
+        isinstance(smoothing, bool)
+        or not isinstance(smoothing, (int, float))
+        or not (0 <= smoothing < 1)
+    ):
+        raise ConfigError(
+            "trainer.loss_kwargs.label_smoothing", smoothing, "from 0 to < 1, e.g. 0.1"
+        )
 
 
 def engine_and_device(trainer: dict[str, Any], has_cuda: bool, launcher: str) -> tuple[str, str]:

@@ -73,6 +73,8 @@ SAVED_LOCALS = ("config", "model", "optimizer", "scheduler", "scaler", "tp_rank"
                 "dp_rank")  # fmt: skip
 TRAIN_STEP_LOCALS = ("loss_targets", "loss_function", "scaler", "precision")
 SYNCHRONIZE_CALLS = 2  # torch.cuda.synchronize(device) per optimizer step
+MIXUP_BUILT = "MixUp"  # the loop's `v2.MixUp(alpha=config.mixup_alpha, num_classes=...)`
+MIXUP_LOCALS = ("epoch", "dp_rank", "global_step")  # read by mixup.TimmMixup at its call
 NEVER = 2**62  # a checkpoint interval no run reaches: the library keeps its checkpoint groups
 
 
@@ -163,7 +165,8 @@ class LoopHooks:
             )
             training._classification_loss = accumulation.loss(loss)
         try:
-            yield
+            with mixup_in_the_loops_place(self.plan.trainer, self.plan.training_config):
+                yield
         finally:
             for name, value in saved.items():
                 setattr(training, name, value)
@@ -557,6 +560,25 @@ class _HookedCuda:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._base, name)
+
+
+def mixup_in_the_loops_place(
+    trainer: dict[str, Any], config: Any
+) -> contextlib.AbstractContextManager[Any]:
+    """Where the run mixes beyond what the loop's v2.MixUp does (snn/mixup.py), the object
+    the loop builds as `v2.MixUp(alpha=..., num_classes=...)` is timm's Mixup with the run's
+    keys; its call site, soft targets and loss stay the loop's."""
+    from experiments.snn import mixup
+
+    if not mixup.timm_reasons(trainer, config.input_layout):
+        return contextlib.nullcontext()
+    from torchvision.transforms import v2
+
+    def build(alpha: float, num_classes: int) -> mixup.TimmMixup:
+        assert alpha == trainer["mixup_alpha"], (alpha, trainer["mixup_alpha"])
+        return mixup.TimmMixup(trainer, num_classes, config.seed)
+
+    return mock.patch.object(v2, MIXUP_BUILT, build)
 
 
 def _live_config(config: Any, hooks: LoopHooks) -> Any:
