@@ -27,6 +27,7 @@ from hydra import compose, initialize_config_module
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from experiments.composition_errors import choices_of, refused_as_config_errors
 from experiments.plan import build_plan
 from experiments.snn.plan import SNNPlan
 
@@ -228,7 +229,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def compose_run(overrides: list[str]) -> DictConfig:
-    with initialize_config_module("experiments.conf", version_base="1.3"):
+    """The run config as the app composes it; a composition error is the ConfigError the
+    app prints (experiments/composition_errors.py)."""
+    choices = choices_of("train", overrides)
+    with (
+        initialize_config_module("experiments.conf", version_base="1.3"),
+        refused_as_config_errors(overrides, choices),
+    ):
         cfg = compose("train", overrides=overrides, return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)
     return cfg

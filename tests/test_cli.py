@@ -16,6 +16,7 @@ from .conftest import BIN, FAST, SLURM_FSDP2_TP, read_jsonl, run_cli, run_cli_in
     "args",
     [
         ["+trainer.epoch=3", "data=synthetic"],  # a refusal: one line on stderr, exit 2
+        ["trainer.epoch=3", "data=synthetic"],  # Hydra's composition error, as our one line
         ["-m", "optimizer.lr=1e-3,2e-3", "dry_run=true"],  # a sweep's dry run: the plans
     ],
 )

@@ -40,6 +40,21 @@ CASES = [
     (["+optimizer.momentom=0.9", "optimizer=sgd"], "optimizer.momentom=0.9: not an argument of SGD; did you mean optimizer.momentum?"),
     (["trainer.scheduler=torch.optim.lr_scheduler.StepLR"], "trainer.scheduler_kwargs.step_size=null: required by StepLR"),
     (["trainer.scheduler=torch.optim.lr_scheduler.OneCycleLR"], "trainer.scheduler_kwargs.max_lr=null: required by OneCycleLR"),
+    # A key Hydra cannot compose (misspelt, or of the wrong type for its schema): our one line
+    # instead of Hydra's six, which advised `+trainer.epoch=3` (refused above).
+    (["trainer.epoch=3"], "trainer.epoch=3: not a key of trainer=default; did you mean trainer.epochs?"),
+    (["optimizer.learning_rate=0.1"], "optimizer.learning_rate=0.1: not a key of optimizer=adamw; valid keys: optimizer.lr, optimizer.name, optimizer.weight_decay; or add an argument the option does not set: +optimizer.learning_rate=..."),
+    (["modle=sew_resnet34"], "modle='sew_resnet34': not a config group; did you mean model?"),
+    (["sed=3"], "sed=3: not a key of the run config; did you mean seed?"),
+    (["model=sew_resnt18"], "model='sew_resnt18': not an option of model; did you mean model=sew_resnet18?"),
+    (["topology.tensor_parallel_size=two"], "topology.tensor_parallel_size='two': an integer"),
+    (["launcher=torchrun", "launcher.monitor_interval=soon"], "launcher.monitor_interval='soon': a number"),
+    (["logger=wandb", "logger.wandb.mode=live"], "logger.wandb.mode='live': one of offline, online, disabled"),
+    (["trainer.early_stopping.patience=some"], "trainer.early_stopping.patience='some': an integer, or null"),
+    (["seed=abc"], "seed='abc': an integer"),
+    (["preflight=maybe"], "preflight='maybe': true or false"),
+    # Types hold for every family: a GAN's MMGen recipe never reads data.num_classes
+    (["model=ggan", "data.num_classes=[1,2]"], "data.num_classes=[1, 2]: an integer"),
 ]  # fmt: skip
 
 
@@ -60,6 +75,74 @@ def test_refused_before_launch_naming_the_key(
     ), lines[0]
     assert not run_dir.exists()
     assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.slow
+def test_a_misspelt_key_in_a_sweep_is_one_line_for_each_point(tmp_path: Path) -> None:
+    result = run_cli_in_process(
+        ["-m", "trainer.epoch=1,2", "data=synthetic", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines() == [
+        f"error: sweep point {n} (trainer.epoch={n + 1} data=synthetic): invalid config: "
+        f"trainer.epoch={n + 1}: not a key of trainer=default; did you mean trainer.epochs?"
+        for n in (0, 1)
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("file", "text", "args", "message"),
+    [
+        (
+            "experiment/mine.yaml",
+            "# @package _global_\ntopology:\n  tensor_parallel_size: two\n",
+            ["experiment=mine"],
+            "topology.tensor_parallel_size='two': an integer (in experiment/mine.yaml)",
+        ),
+        (
+            "experiment/mine.yaml",
+            "# @package _global_\ntrainer:\n  spikes:\n    imgs: 8\n",
+            ["experiment=mine"],
+            "trainer.spikes.imgs: not a key of trainer.spikes; did you mean "
+            "trainer.spikes.images? (in experiment/mine.yaml)",
+        ),
+        # an option of the user's own that does not name its schema is typed all the same
+        (
+            "topology/mine.yaml",
+            "name: mine\ndata_parallel: ddp\ntensor_parallel_size: 0\n"
+            "pipeline_parallel_size: 1\npipeline_microbatches: 1\n",
+            ["topology=mine"],
+            "topology.tensor_parallel_size=0: a positive integer",
+        ),
+        (
+            "topology/mine.yaml",
+            "name: mine\ndata_parallel: zero3\ntensor_parallel_size: 1\n"
+            "pipeline_parallel_size: 1\npipeline_microbatches: 1\n",
+            ["topology=mine"],
+            "topology.data_parallel='zero3': one of ddp, fsdp2",
+        ),
+    ],
+)
+def test_configs_of_the_users_own_are_typed_too(
+    file: str, text: str, args: list[str], message: str, tmp_path: Path
+) -> None:
+    """`--config-dir` (README): a preset's wrong value is named with its file, and a group
+    option that does not list its schema gets the schema's checks anyway."""
+    config_dir = tmp_path / "myconf"
+    (config_dir / file).parent.mkdir(parents=True)
+    (config_dir / file).write_text(text)
+    run_dir = tmp_path / "run"
+    result = run_cli_in_process(
+        ["--config-dir", str(config_dir), *args, "data=synthetic", f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: invalid config: {message}"), lines
+    assert not run_dir.exists()
 
 
 @pytest.mark.slow

@@ -354,11 +354,12 @@ def test_early_stopping_keys_are_refused_before_launch() -> None:
         ),
         (
             ["trainer.early_stopping.patience=2", "trainer.early_stopping.min_delta=-1"],
-            "trainer.early_stopping.min_delta=-1: a number >= 0",
+            "trainer.early_stopping.min_delta=-1.0: a number >= 0",
         ),
         (
             ["+trainer.early_stopping.patiense=2"],
-            "trainer.early_stopping.patiense=2: did you mean trainer.early_stopping.patience?",
+            "trainer.early_stopping.patiense=2: not a key of trainer.early_stopping; did you mean "
+            "trainer.early_stopping.patience?",
         ),
         (
             [

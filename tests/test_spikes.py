@@ -41,7 +41,13 @@ SILENT = [  # SpikingJelly's zoo SEW-ResNet18 whose LIF neurons can never reach 
         (["trainer.spikes.images=-1"], "trainer.spikes.images", "an integer >= 0 or auto"),
         (["trainer.spikes.costs=fp64"], "trainer.spikes.costs", "one of fp32, fp16, int8"),
         (["trainer.spikes.guard=0"], "trainer.spikes.guard", "or null: off"),
-        (["+trainer.spikes.layers=4"], "trainer.spikes.layers", "valid keys: images"),
+        (
+            ["+trainer.spikes.layers=4"],
+            "trainer.spikes.layers",
+            "trainer.spikes.layers=4: not a key of trainer.spikes; valid keys: "
+            "trainer.spikes.costs, trainer.spikes.guard, trainer.spikes.images, "
+            "trainer.spikes.seed",
+        ),
         (
             [
                 "topology=ddp",

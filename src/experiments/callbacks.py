@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from experiments import role
+from experiments import composition_errors, role
 from experiments.composition import plain, sweep_points
 from experiments.errors import ConfigError
 from experiments.launchers import sweep
@@ -198,7 +198,10 @@ def _compose_point(config: DictConfig, overrides: list[str]) -> DictConfig:
     from hydra import compose
     from omegaconf import open_dict
 
-    cfg = compose(config.hydra.job.config_name, overrides, return_hydra_config=True)
+    name = config.hydra.job.config_name
+    choices = composition_errors.choices_of(name, overrides)  # (asked only when refused)
+    with composition_errors.refused_as_config_errors(overrides, choices):
+        cfg = compose(name, overrides, return_hydra_config=True)
     with open_dict(cfg):
         cfg.hydra.sweeper = config.hydra.sweeper
     return cfg
@@ -308,6 +311,7 @@ class ExperimentsCallback(Callback):
         """Check every point of the sweep before the first one starts or is queued."""
         global composed
         composed = True
+        composition_errors.composed()
         from experiments.plan import build_plan
 
         # The command the user typed, recorded by every point (Slurm jobs inherit it).
@@ -372,6 +376,7 @@ class ExperimentsCallback(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         global composed, planned
         composed = True
+        composition_errors.composed()
         from experiments.plan import build_plan
         from experiments.run import lock
 

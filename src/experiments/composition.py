@@ -49,8 +49,11 @@ def user_overrides(overrides: list[str]) -> list[str]:
 
 
 def plain(node: Any) -> Any:
-    """A config node as plain data, resolved; anything else as it is."""
-    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    """A config node as plain data, resolved (a typed choice as its name: schemas/); anything
+    else as it is."""
+    if not OmegaConf.is_config(node):
+        return node
+    return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
 
 
 def _resolve(cfg: DictConfig) -> dict[str, Any]:
@@ -62,7 +65,7 @@ def _resolve(cfg: DictConfig) -> dict[str, Any]:
         try:
             node = cfg[key]
             values[str(key)] = (
-                OmegaConf.to_container(node, resolve=True, throw_on_missing=True)
+                OmegaConf.to_container(node, resolve=True, throw_on_missing=True, enum_to_str=True)
                 if OmegaConf.is_config(node)
                 else node
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from enum import Enum
 from typing import Any, NoReturn
 
 
@@ -23,18 +24,27 @@ class ConfigError(Exception):
         super().__init__(describe(key, value, expected))
 
 
+# The value of a ConfigError whose value is not known (a key a yaml file sets that OmegaConf
+# refused while merging it names no value): `invalid config: key: what is valid`.
+NO_VALUE = object()
+
+
 def describe(key: str, value: Any, expected: str) -> str:
     """`invalid config: key=value: what is valid`, the value as the user writes it (null and
     true/false, not None and True/False); a tool's flag (`--ema`) as the flag alone, or the
     flag and its value."""
     if key.startswith("--"):
         return f"{key}{'' if value is None else f' {value}'}: {expected}"
+    if value is NO_VALUE:
+        return f"invalid config: {key}: {expected}"
     return f"invalid config: {key}={_as_written(value)}: {expected}"
 
 
 def _as_written(value: Any) -> str:
     """A value as a Hydra override spells it: null, true/false; strings quoted (so a space or
-    an empty value shows)."""
+    an empty value shows); a typed choice (schemas/) as its name."""
+    if isinstance(value, Enum):
+        value = value.value
     if value is None:
         return "null"
     if isinstance(value, bool):

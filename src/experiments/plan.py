@@ -15,11 +15,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from experiments import families, loggers
-from experiments import validation as check
+from experiments import families, loggers, schemas
 from experiments.composition import _placeholder_root_for_dry_run, _resolve
 from experiments.errors import ConfigError
-from experiments.known_keys import check_known_keys
 from experiments.run import early_stopping
 from experiments.run.recorded_config import check_against_record
 from experiments.sweepers.search_config import check_direction, search_pruner, storage_warning
@@ -66,11 +64,8 @@ def build_plan(
     cfg = _placeholder_root_for_dry_run(cfg)
     values = _resolve(cfg)
     run_dir = Path(run_dir)
-    check_known_keys(values, choices)
+    schemas.check(cfg, values, choices)  # each typed node's ranges and rules (schemas/)
     loggers.validate(values.get("logger"))
-    check.integer(values["seed"], "seed", minimum=0)
-    check.choice(values["dry_run"], "dry_run", (False, True, "json", "doctor"))
-    check.boolean(values.get("preflight", True), "preflight")
     if check_record and values.get("resume") is not None:
         families.refuse_retired_engine(run_dir)
     extensions = check_against_record(cfg, run_dir, values.get("resume")) if check_record else []

@@ -10,9 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from experiments.errors import ConfigError
-from experiments.validation import choice
 
-DATA_PARALLEL_KINDS = ("ddp", "fsdp2")
 MESH_DIM_NAMES = ("dp", "pp", "tp")
 
 
@@ -82,21 +80,12 @@ class ParallelDims:
 def parallel_dims(
     topology: dict, world_size: int, caps: Capabilities, model_name: str, batch_size: int
 ) -> ParallelDims:
-    """Check the topology against the world size and the model, naming the key that is wrong."""
+    """Check the topology against the world size, the model and the batch, naming the key
+    that is wrong (what a topology can be on its own is its schema's: schemas/topology.py)."""
     name = topology["name"]
-    kind = topology["data_parallel"]
-    choice(kind, "topology.data_parallel", DATA_PARALLEL_KINDS)
-    sizes = {}
-    for key in ("tensor_parallel_size", "pipeline_parallel_size", "pipeline_microbatches"):
-        value = topology[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigError(f"topology.{key}", value, "a positive integer")
-        sizes[key] = value
-    tp, pp, micro = (
-        sizes["tensor_parallel_size"],
-        sizes["pipeline_parallel_size"],
-        sizes["pipeline_microbatches"],
-    )
+    tp = topology["tensor_parallel_size"]
+    pp = topology["pipeline_parallel_size"]
+    micro = topology["pipeline_microbatches"]
     if name == "single" and (world_size != 1 or tp != 1 or pp != 1):
         raise ConfigError(
             "topology",
@@ -120,12 +109,6 @@ def parallel_dims(
             pp,
             f"{detail}; valid sizes: {', '.join(map(str, caps.pipeline_sizes))}",
         )
-    if pp == 1 and micro != 1:
-        raise ConfigError(
-            "topology.pipeline_microbatches",
-            micro,
-            "micro-batches apply to pipeline parallelism only; use 1 with pp=1",
-        )
     if batch_size % micro:
         raise ConfigError(
             "topology.pipeline_microbatches", micro, f"must divide trainer.batch_size={batch_size}"
@@ -137,4 +120,4 @@ def parallel_dims(
             f"the launcher's world size {world_size} is not divisible by TP x PP = "
             f"{tp * pp}; use a world size that is a multiple of {tp * pp}",
         )
-    return ParallelDims(world_size, tp, pp, micro, kind)
+    return ParallelDims(world_size, tp, pp, micro, topology["data_parallel"])

@@ -20,7 +20,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from experiments import callbacks, launchers, role, training
+from experiments import callbacks, composition_errors, launchers, role, training
 from experiments.callbacks import print_config_error
 from experiments.errors import ConfigError
 from experiments.launchers import children
@@ -54,7 +54,8 @@ def app(cfg: DictConfig) -> float | None:
         held = _before_writing(process, hydra_cfg, run_dir, cfg.launcher.name)
         plan = _plan_of(cfg, hydra_cfg)
         planned = True  # from here on, run() records a rank's failure itself
-        value = run(plan, process, hydra_cfg.runtime.cwd, OmegaConf.to_container(cfg, resolve=True))
+        config = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+        value = run(plan, process, hydra_cfg.runtime.cwd, config)
         if process.kind is Kind.SWEEP_LOGIN:
             _between_points(hydra_cfg)  # the point stopped (or ended): no further one
         return value
@@ -223,7 +224,8 @@ def main() -> None:
         )
         return
     try:
-        app()
+        with composition_errors.reported_in_one_line(sys.argv[1:], config_name="train"):
+            app()
     except SystemExit as exit_:
         if exit_.code == 1 and not callbacks.composed:
             sys.exit(ConfigError.exit_code)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import enum
 import inspect
+import typing
 from collections.abc import Iterable
+from pathlib import Path
+from types import NoneType, UnionType
 from typing import Any
 
 from experiments.errors import ConfigError
@@ -85,3 +89,41 @@ def call_arguments(
                 None,
                 f"required by {name}; set +{prefix}{parameter.name}=<value>",
             )
+
+
+def in_words(hint: Any) -> str:
+    """A type annotation as a refusal says what is valid (`an integer, or null`)."""
+    if isinstance(hint, UnionType) or typing.get_origin(hint) is typing.Union:
+        kinds = [in_words(arg) for arg in typing.get_args(hint) if arg is not NoneType]
+        return " or ".join(kinds) + (", or null" if NoneType in typing.get_args(hint) else "")
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return "one of " + ", ".join(member.name for member in hint)
+    origin = typing.get_origin(hint) or hint
+    words = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    if origin in words:
+        return words[origin]
+    if origin is list:
+        return "a list, e.g. [a, b]"
+    if origin is dict:
+        return "a mapping, e.g. {key: value}"
+    if origin is Path:
+        return "a path"
+    return f"a {getattr(hint, '__name__', hint)}"
+
+
+def of_type(value: Any, hint: Any) -> bool:
+    """Whether a config value fits a parameter's annotation, as a yaml or an override gives
+    it (a path is a string; a number may be an integer; true is not an integer). An
+    annotation it cannot judge (Any, a class of its own) fits anything."""
+    if isinstance(hint, UnionType) or typing.get_origin(hint) is typing.Union:
+        return any(of_type(value, arg) for arg in typing.get_args(hint))
+    if hint is NoneType:
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint in (int, float):
+        numbers = (int,) if hint is int else (int, float)
+        return isinstance(value, numbers) and not isinstance(value, bool)
+    if hint in (str, Path):
+        return isinstance(value, str)
+    return True

@@ -13,17 +13,24 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import typing
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.errors import ConfigError
+from experiments.validation import in_words, of_type
 
-# Keys that describe the data to the rest of the run; passed on only if the builder takes them.
-# `channels`: what each sample holds (3 for images, 2 for event frames), read by the model's
-# `in_channels: ${data.channels}`.
-_DESCRIPTIVE_KEYS = {"name", "builder", "num_classes", "channels"}
+# Keys that describe the data to the rest of the run, with their types; passed on only if the
+# builder takes them (then its annotation types them). `channels`: what each sample holds (3 for
+# images, 2 for event frames), read by the model's `in_channels: ${data.channels}`.
+_DESCRIPTIVE_KEYS: dict[str, Any] = {
+    "name": str,
+    "builder": str,
+    "num_classes": int | None,
+    "channels": int,
+}
 
 
 def import_object(path: str, key: str) -> Any:
@@ -35,21 +42,33 @@ def import_object(path: str, key: str) -> Any:
 
 
 def dataset_kwargs(data: DictConfig) -> dict[str, Any]:
-    """Arguments for the group's builder, checked against the builder's own signature so a
-    misspelt data key is an error rather than silently ignored."""
+    """Arguments for the group's builder, checked against the builder's own signature: a
+    misspelt data key is an error rather than silently ignored, and a value must fit the
+    parameter's annotation. Every family's plan asks (a GAN's MMGen recipe reads only some
+    data keys, but a value of the wrong type is a mistake whichever family meets it)."""
     values = OmegaConf.to_container(data, resolve=True)
     assert isinstance(values, dict)
     builder = import_object(str(values["builder"]), "data.builder")
     accepted = inspect.signature(builder).parameters
-    for key in values:
+    types = {**_DESCRIPTIVE_KEYS, **_annotations(builder)}
+    for key, value in values.items():
         if key not in accepted and key not in _DESCRIPTIVE_KEYS:
-            valid = ", ".join(sorted(set(accepted) | _DESCRIPTIVE_KEYS))
+            valid = ", ".join(sorted(set(accepted) | set(_DESCRIPTIVE_KEYS)))
             raise ConfigError(
-                f"data.{key}",
-                values[key],
-                f"not a key of data={values['name']}; valid keys: {valid}",
+                f"data.{key}", value, f"not a key of data={values['name']}; valid keys: {valid}"
             )
+        if key in types and not of_type(value, types[key]):
+            raise ConfigError(f"data.{key}", value, in_words(types[key]))
     return {key: value for key, value in values.items() if key in accepted}
+
+
+def _annotations(builder: Any) -> dict[str, Any]:
+    """The builder's parameter types ({} when its annotations cannot be resolved: a builder
+    of the user's own is then checked for its keys only)."""
+    try:
+        return typing.get_type_hints(builder)
+    except Exception:
+        return {}
 
 
 def declared(data: dict[str, Any], name: str) -> Any:

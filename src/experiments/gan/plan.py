@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments import validation as check
+from experiments import data as data_group
 from experiments.data.image_files import gan_image_root
 from experiments.errors import ConfigError
 from experiments.gan import ddp as gan_ddp
@@ -133,6 +133,7 @@ def plan_run(
 ) -> GANPlan:
     """The family's planner (experiments/families.py): the keys every family shares are
     already checked."""
+    data_group.dataset_kwargs(cfg.data)  # the data keys' types (MMGen's recipe reads few)
     plan = build_gan_plan(values, run_dir, overrides, choices)
     plan.extensions = extensions
     check_reshard(plan, extensions, bool(values["trainer"].get("allow_global_batch_change")))
@@ -186,7 +187,6 @@ def build_gan_plan(
         )
     launcher = values["launcher"]
     module = launcher_module(launcher["name"])
-    module.validate(launcher)
     dims = parallel_dims(
         topology, module.world_size(launcher), Capabilities((1,), 1, "channels"), model_name, 1
     )
@@ -265,7 +265,6 @@ def _per_rank_batch(recipe: GANRecipe, trainer: dict[str, Any], data_parallel: i
     wanted = trainer.get("global_batch_size")
     if wanted is None:
         return recipe
-    wanted = check.integer(wanted, "trainer.global_batch_size", minimum=1)
     if wanted % data_parallel:
         below = wanted - wanted % data_parallel
         near = " or ".join(str(n) for n in sorted({below or data_parallel, below + data_parallel}))
@@ -347,4 +346,3 @@ def _check_trainer(trainer: dict[str, Any]) -> None:
                 f"{default}: the spike and energy measurement is for SNN models (a GAN's "
                 "generator and discriminator do not spike)",
             )
-    check.integer(trainer["workers"], "trainer.workers", minimum=0)

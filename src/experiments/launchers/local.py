@@ -16,7 +16,6 @@ from typing import Any
 import torch
 
 from experiments.launchers.command import run_dir_overrides
-from experiments.validation import boolean
 
 
 def world_size(launcher: dict) -> int:
@@ -25,10 +24,6 @@ def world_size(launcher: dict) -> int:
 
 def has_cuda(launcher: dict) -> bool:
     return torch.cuda.is_available()
-
-
-def validate(launcher: dict) -> None:
-    boolean(launcher.get("warm_points", False), "launcher.warm_points")
 
 
 def command(launcher: dict, overrides: list[str], run_dir: str) -> list[str]:

@@ -25,7 +25,6 @@ from typing import Any
 from experiments.errors import ConfigError
 from experiments.resolvers import slurm_setup_lines
 from experiments.role import Kind, Role
-from experiments.validation import boolean, integer
 
 log = logging.getLogger(__name__)
 
@@ -56,39 +55,11 @@ def max_array_size() -> int:
 
 
 def world_size(launcher: dict) -> int:
-    return integer(launcher.get("nodes"), "launcher.nodes", minimum=1) * integer(
-        launcher.get("tasks_per_node"), "launcher.tasks_per_node", minimum=1
-    )
+    return launcher["nodes"] * launcher["tasks_per_node"]
 
 
 def has_cuda(launcher: dict) -> bool:
     return launcher.get("gpus_per_node", 0) > 0
-
-
-def validate(launcher: dict) -> None:
-    integer(launcher.get("cpus_per_task"), "launcher.cpus_per_task", minimum=1)
-    integer(launcher.get("timeout_min"), "launcher.timeout_min", minimum=1)
-    integer(launcher.get("mem_gb"), "launcher.mem_gb", minimum=1)
-    integer(launcher.get("max_requeues"), "launcher.max_requeues", minimum=0)
-    integer(launcher.get("signal_delay_s"), "launcher.signal_delay_s", minimum=0)
-    integer(launcher.get("array_parallelism"), "launcher.array_parallelism", minimum=1)
-    for key in ("wait", "snapshot"):
-        boolean(launcher.get(key), f"launcher.{key}")
-    gpus = integer(launcher.get("gpus_per_node"), "launcher.gpus_per_node", minimum=0)
-    tasks = launcher["tasks_per_node"]
-    if gpus and tasks != gpus:
-        raise ConfigError(
-            "launcher.tasks_per_node",
-            tasks,
-            f"a GPU run needs one task (rank) per GPU; with launcher.gpus_per_node="
-            f"{gpus} use launcher.tasks_per_node={gpus}",
-        )
-    if not isinstance(launcher.get("additional_parameters") or {}, dict):
-        raise ConfigError(
-            "launcher.additional_parameters",
-            launcher["additional_parameters"],
-            "a mapping of sbatch options, e.g. {mail-type: END}",
-        )
 
 
 def resources(launcher: dict, family: str) -> list[str]:

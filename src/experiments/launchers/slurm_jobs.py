@@ -145,7 +145,7 @@ def _map_array(executor: Any, launcher: Any, chunk: list[Any], config: DictConfi
         with contextlib.redirect_stderr(io.StringIO()):  # submitit prints sbatch's stderr
             return executor.map_array(launcher, *zip(*chunk, strict=True))
     except FailedJobError as error:
-        fields = OmegaConf.to_container(config.launcher, resolve=True)
+        fields = OmegaConf.to_container(config.launcher, resolve=True, enum_to_str=True)
         line, is_config = slurm.refusal(str(error), fields)  # type: ignore[arg-type]
         print(line, file=sys.stderr)
         raise SystemExit(ConfigError.exit_code if is_config else 1) from None

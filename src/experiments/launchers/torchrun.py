@@ -8,9 +8,7 @@ from typing import Any
 
 import torch
 
-from experiments.errors import ConfigError
 from experiments.launchers.command import run_dir_overrides
-from experiments.validation import integer, positive_number
 
 # For torchrun itself: a rendezvous store per restart round instead of one shared by all rounds
 # (see distributed_env.init_process_group for why).
@@ -18,25 +16,11 @@ ENVIRONMENT = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
 def world_size(launcher: dict) -> int:
-    return integer(launcher.get("nproc_per_node"), "launcher.nproc_per_node", minimum=1) * integer(
-        launcher.get("nnodes"), "launcher.nnodes", minimum=1
-    )
+    return launcher["nproc_per_node"] * launcher["nnodes"]
 
 
 def has_cuda(launcher: dict) -> bool:
     return torch.cuda.is_available()
-
-
-def validate(launcher: dict) -> None:
-    integer(launcher.get("max_restarts"), "launcher.max_restarts", minimum=0)
-    integer(launcher.get("node_rank"), "launcher.node_rank", minimum=0)
-    positive_number(launcher.get("monitor_interval"), "launcher.monitor_interval")
-    if launcher["nnodes"] > 1 and not launcher.get("rdzv_endpoint"):
-        raise ConfigError(
-            "launcher.rdzv_endpoint",
-            None,
-            "multi-node torchrun needs a rendezvous endpoint, e.g. node001:29400",
-        )
 
 
 def command(launcher: dict, overrides: list[str], run_dir: str) -> list[str]:

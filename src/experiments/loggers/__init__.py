@@ -15,16 +15,12 @@ import importlib
 import importlib.util
 import logging
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
-
-from omegaconf import OmegaConf
 
 from experiments.dotted_keys import flatten
 from experiments.errors import ConfigError
 from experiments.families import for_engine
-from experiments.known_keys import option_file, refuse_unknown
 
 log = logging.getLogger(__name__)
 
@@ -78,25 +74,22 @@ def selected(logger: dict[str, Any] | None) -> list[str]:
     return [name for name in (logger or {}) if name in NAMES]
 
 
-@cache
-def _option_keys(name: str) -> frozenset[str]:
-    text = option_file("logger", name).read_text()
-    return frozenset(str(k) for k in (OmegaConf.create(text).get(name) or {}))
-
-
 def validate(logger: dict[str, Any] | None) -> list[str]:
-    """Check the selected loggers before launch; returns their names."""
+    """Check the selected loggers before launch (their keys' types and rules are their
+    schemas': schemas/logger.py): installed, and what the module's own `validate` asks of
+    the machine (a reachable server, a login); returns their names."""
     names = []
     for name, settings in (logger or {}).items():
         if name not in NAMES:
             raise ConfigError(f"logger.{name}", settings, "a logger: " + ", ".join(NAMES))
-        refuse_unknown(f"logger.{name}.", settings or {}, _option_keys(name), f"logger={name}")
         package = "torch.utils.tensorboard" if name == "tensorboard" else name
         if _missing(package):
             raise ConfigError(
                 "logger", name, f"{name} is not installed: {INSTALL}, or leave it out of logger="
             )
-        module(name).validate(settings or {})
+        machine_check = getattr(module(name), "validate", None)
+        if machine_check is not None:
+            machine_check(settings or {})
         names.append(name)
     return names
 

@@ -4,19 +4,10 @@ new metric adds a column and the file is rewritten), and `hparams.yaml` (the fla
 from __future__ import annotations
 
 import csv
-import os
 from typing import Any
 
 from experiments.loggers import Logger, RunInfo
 from experiments.run.record import atomically
-
-
-def validate(settings: dict[str, Any]) -> None:
-    from experiments.errors import ConfigError
-
-    folder = settings.get("dir", "csv")
-    if not isinstance(folder, str) or not folder or os.path.isabs(folder) or ".." in folder:
-        raise ConfigError("logger.csv.dir", folder, "a folder name inside the run directory")
 
 
 class CSVLogger(Logger):

@@ -16,24 +16,14 @@ from experiments.loggers import Logger, RunInfo
 
 DATABASE = "mlflow.db"
 ARTIFACTS = "mlruns"
-SCHEMES = ("sqlite", "http", "https", "file")
 BATCH = 100  # MLflow's limit of parameters per log_batch call
 
 
 def validate(settings: dict[str, Any]) -> None:
-    if not isinstance(settings.get("tags") or {}, dict):
-        raise ConfigError("logger.mlflow.tags", settings["tags"], "a mapping of tag: value")
-    for key in ("experiment_name", "run_name"):
-        if not isinstance(settings.get(key) or "", str):
-            raise ConfigError(f"logger.mlflow.{key}", settings[key], "a string, or null")
+    """A server's tracking_uri answers before launch (its form is checked by its schema:
+    schemas/logger.py)."""
     uri = settings.get("tracking_uri")
-    if uri is None:
-        return
-    scheme = urlparse(str(uri)).scheme
-    if scheme not in SCHEMES:
-        raise ConfigError(
-            "logger.mlflow.tracking_uri", uri, "sqlite:///<file>, http(s)://<host>, or null (local)"
-        )
+    scheme = urlparse(str(uri)).scheme if uri is not None else None
     if scheme in ("http", "https"):
         parsed = urlparse(str(uri))
         port = parsed.port or (443 if scheme == "https" else 80)

@@ -10,12 +10,6 @@ from experiments.loggers import Logger, RunInfo
 DIRNAME = "tensorboard"
 
 
-def validate(settings: dict[str, Any]) -> None:
-    from experiments.validation import boolean
-
-    boolean(settings.get("hparams", True), "logger.tensorboard.hparams")
-
-
 class TensorBoardLogger(Logger):
     """The event file is created with the first scalar; artefacts stay in the run directory
     (TensorBoard shows scalars and hparams only)."""

@@ -39,7 +39,11 @@ def check_against_record(cfg: DictConfig, run_dir: Path, resume: Any) -> list[st
         return []
     recorded = _flat(OmegaConf.to_container(read_config(run_dir), resolve=False))
     current = _flat(
-        {k: v for k, v in OmegaConf.to_container(cfg, resolve=False).items() if k != "hydra"}
+        {
+            k: v
+            for k, v in OmegaConf.to_container(cfg, resolve=False, enum_to_str=True).items()
+            if k != "hydra"
+        }
     )
     changed = sorted(
         key

@@ -12,18 +12,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from experiments import validation as check
 from experiments.errors import ConfigError
 
 NAME = "classify"
 CHECKPOINTS = "checkpoints"  # <run>/checkpoints: the Trainer's --output-dir
 TB_NAME = "classify"  # the Trainer's log-dir name: events in <output>/classify, .pth in pt/classify
 LATEST = "checkpoint_latest.pth"
-LR_SCHEDULERS = ("step", "cosa", "exp")
-WARMUP_METHODS = ("linear", "constant")
-PRECISIONS = ("fp32", "amp")
-EXECUTION_MODES = ("eager", "compile", "cuda_graph")
-DEVICES = ("auto", "cpu", "cuda")
 # Our optimizer classes under the Trainer's --opt names (recorded in its args; the optimizer
 # itself is built from our group by set_optimizer, with every argument the group gives).
 OPT_NAMES = {
@@ -45,41 +39,10 @@ def is_classify(trainer: dict[str, Any]) -> bool:
 # --------------------------------------------------------------------------- planning
 
 
-def check_keys(trainer: dict[str, Any]) -> dict[str, Any]:
-    """Types and choices of trainer=classify's own keys; returns the trainer dict with the
-    default trainer's keys set to what the Trainer does (for the shared plan code)."""
-    check.choice(trainer["name"], "trainer.name", (NAME,))
-    check.choice(trainer["device"], "trainer.device", DEVICES)
-    check.integer(trainer["epochs"], "trainer.epochs", minimum=1)
-    check.integer(trainer["batch_size"], "trainer.batch_size", minimum=1)
-    check.integer(trainer["workers"], "trainer.workers", minimum=0)
-    for key in ("label_smoothing", "mixup_alpha", "cutmix_alpha", "lr_warmup_decay", "lr_gamma"):
-        check.non_negative_number(trainer[key], f"trainer.{key}")
-    if trainer["label_smoothing"] >= 1:
-        raise ConfigError("trainer.label_smoothing", trainer["label_smoothing"], "from 0 to < 1")
-    check.choice(trainer["lr_scheduler"], "trainer.lr_scheduler", LR_SCHEDULERS)
-    check.integer(trainer["lr_step_size"], "trainer.lr_step_size", minimum=1)
-    check.integer(trainer["lr_warmup_epochs"], "trainer.lr_warmup_epochs", minimum=0)
-    check.choice(trainer["lr_warmup_method"], "trainer.lr_warmup_method", WARMUP_METHODS)
-    if trainer["lr_scheduler"] == "cosa" and trainer["lr_warmup_epochs"] >= trainer["epochs"]:
-        raise ConfigError(
-            "trainer.lr_warmup_epochs",
-            trainer["lr_warmup_epochs"],
-            f"below trainer.epochs={trainer['epochs']}: lr_scheduler=cosa anneals over the "
-            "epochs after the warm-up",
-        )
-    if trainer["norm_weight_decay"] is not None:
-        check.non_negative_number(trainer["norm_weight_decay"], "trainer.norm_weight_decay")
-    if trainer["clip_grad_norm"] is not None:
-        check.positive_number(trainer["clip_grad_norm"], "trainer.clip_grad_norm")
-    for key in ("model_ema", "sync_bn", "test_only", "deterministic"):
-        check.boolean(trainer[key], f"trainer.{key}")
-    check.integer(trainer["model_ema_steps"], "trainer.model_ema_steps", minimum=1)
-    decay = trainer["model_ema_decay"]
-    if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0 < decay < 1:
-        raise ConfigError("trainer.model_ema_decay", decay, "a number between 0 and 1, e.g. 0.999")
-    check.choice(trainer["precision"], "trainer.precision", PRECISIONS)
-    check.choice(trainer["execution_mode"], "trainer.execution_mode", EXECUTION_MODES)
+def as_default_trainer(trainer: dict[str, Any]) -> dict[str, Any]:
+    """The trainer dict with the default trainer's keys set to what the Trainer does (for the
+    shared plan code); its own keys' types, ranges and rules are its schema's
+    (schemas/trainer.py)."""
     return {**trainer, **NEUTRAL_KEYS}
 
 

@@ -24,10 +24,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from experiments import validation as check
 from experiments.errors import ConfigError
 
-MODES = ("batch", "pair", "elem")  # timm's: one draw per batch, per pair, per image
 # The keys only timm's Mixup reads, and the values at which SpikingJelly's v2.MixUp does the same.
 LIBRARY_EQUIVALENT = {
     "cutmix_alpha": 0.0,
@@ -39,16 +37,9 @@ LIBRARY_EQUIVALENT = {
 
 
 def checked(trainer: dict[str, Any]) -> None:
-    """The mixup keys of trainer=default, each refusal naming the key."""
-    alpha = check.non_negative_number(trainer["mixup_alpha"], "trainer.mixup_alpha")
-    check.non_negative_number(trainer["cutmix_alpha"], "trainer.cutmix_alpha")
-    for key in ("mixup_prob", "mixup_switch_prob"):
-        value = trainer[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            raise ConfigError(f"trainer.{key}", value, "a probability from 0 to 1")
-    check.choice(trainer["mixup_mode"], "trainer.mixup_mode", MODES)
-    check.optional_integer(trainer["mixup_off_epoch"], "trainer.mixup_off_epoch", minimum=1)
-    if alpha:
+    """timm's keys against the loop's own mixup, the refusal naming the key (their types and
+    ranges are the trainer schema's: schemas/trainer.py)."""
+    if trainer["mixup_alpha"]:
         return
     for key, neutral in LIBRARY_EQUIVALENT.items():
         if trainer[key] != neutral:

@@ -36,6 +36,7 @@ from experiments.snn import (
     neurons,
     recipe_card,
     schedule,
+    sj_errors,
     spikes,
 )
 from experiments.snn import trainer as snn_trainer
@@ -307,28 +308,6 @@ def _check_validation_split(data: dict[str, Any], dims: ParallelDims, batch_size
         )
 
 
-def _check_spikingjelly_rules(model_config: Any, trainer: dict[str, Any], dims: Any) -> None:
-    """SpikingJelly's rules between its speed settings and the topology (sj_rules.py): the
-    first one broken, one line naming our keys, before its TrainingConfig would raise."""
-    from experiments.snn import sj_rules
-
-    setting = sj_rules.Setting(
-        step_mode=model_config.step_mode,
-        pipeline=dims.pipeline_parallel_size,
-        tensor=dims.tensor_parallel_size,
-        data_parallel=dims.data_parallel,
-        microbatches=dims.pipeline_microbatches,
-        batch_size=trainer["batch_size"],
-        precision=trainer["precision"],
-        neuron_storage=None,
-        execution_mode=trainer["execution_mode"],
-        memopt_level=trainer["memopt_level"],
-        memopt_budget=trainer.get("memopt_checkpoint_budget", "memory"),
-    )
-    for rule in sj_rules.broken(setting)[:1]:
-        raise ConfigError(rule.key, rule.value, rule.expected)
-
-
 def timing_warmup_steps(trainer: dict[str, Any]) -> int:
     """Steps the library leaves out of images/s: compilation (compile) and graph capture
     (cuda_graph, after its warm-up steps) would otherwise count as training time. Kept below
@@ -377,12 +356,26 @@ def _training_config(
             resume=Path(resume) if resume not in (None, "auto") else None,
             seed=values["seed"],
         )
-    except (TypeError, ValueError) as error:
-        raise ConfigError(
-            "trainer",
-            f"{dims.describe()}, precision={trainer['precision']}",
-            f"SpikingJelly's TrainingConfig rejects it: {error}",
-        ) from None
+    except (TypeError, ValueError) as error:  # SpikingJelly's own rules: under our keys
+        raise sj_errors.refusal(error, _sj_values(model_config, trainer, dims)) from None
+
+
+def _sj_values(model_config: ModelConfig, trainer: dict[str, Any], dims: ParallelDims) -> dict:
+    """Our keys' values as SpikingJelly's TrainingConfig got them (sj_errors.refusal)."""
+    tp, pp = dims.tensor_parallel_size, dims.pipeline_parallel_size
+    return {
+        "trainer.batch_size": trainer["batch_size"],
+        "trainer.precision": trainer["precision"],
+        "trainer.execution_mode": trainer["execution_mode"],
+        "trainer.memopt_level": trainer["memopt_level"],
+        "trainer.memopt_checkpoint_budget": trainer.get("memopt_checkpoint_budget", "memory"),
+        "topology.pipeline_microbatches": dims.pipeline_microbatches,
+        "topology.pipeline_parallel_size": dims.pipeline_parallel_size,
+        "topology.data_parallel": dims.data_parallel,
+        "model.step_mode": model_config.step_mode,
+        "topology": f"{dims.data_parallel}, tp={tp}, pp={pp}",
+        "trainer": f"{dims.describe()}, precision={trainer['precision']}",
+    }
 
 
 def _checked_trainer(values: dict[str, Any]) -> tuple[bool, Any, dict[str, Any]]:
@@ -398,7 +391,7 @@ def _checked_trainer(values: dict[str, Any]) -> tuple[bool, Any, dict[str, Any]]
             )
     if classify_plan.is_classify(values["trainer"]):
         classify_plan.check_resume(values.get("resume"), values["trainer"].get("test_only"))
-        return True, values.get("resume"), classify_plan.check_keys(values["trainer"])
+        return True, values.get("resume"), classify_plan.as_default_trainer(values["trainer"])
     return False, _resume(values.get("resume")), snn_trainer.checked(values["trainer"])
 
 
@@ -446,7 +439,6 @@ def _engine_and_device(
     engine, device = snn_trainer.engine_and_device(trainer, has_cuda, launcher)
     snn_trainer.check_cuda_graph(trainer, dims)
     snn_trainer.check_accumulation(trainer, dims)
-    _check_spikingjelly_rules(model_config, trainer, dims)
     return engine, device
 
 
@@ -500,7 +492,6 @@ def build_snn_plan(
 
     launcher = values["launcher"]
     module = launcher_module(launcher["name"])
-    module.validate(launcher)
     dims, trainer = _layout(values, trainer, module.world_size(launcher), caps, model_name, classic)
     _check_validation_split(values["data"], dims, trainer["batch_size"])
     if not classic:  # the classic Trainer steps its own lr_scheduler once per epoch
@@ -511,16 +502,7 @@ def build_snn_plan(
         classic, trainer, dims, module.has_cuda(launcher), launcher["name"], values,
         model_config, extensions,
     )  # fmt: skip
-    execution = "compile" if trainer.get("execution_mode") == "compile" else "eager"
-    neuron = neurons.checked(
-        values["model"].get("neuron_implementation", "auto"), model_config, device, execution
-    )
-    if trainer.get("memopt_level") and not caps.memopt:
-        raise ConfigError(
-            "trainer.memopt_level", trainer["memopt_level"], f"0: {model_name} has no memopt split"
-        )
-    _check_reshard(run_dir, extensions, engine, dims, trainer, resume, model_config)
-    training_config = _training_config(
+    training_config = _training_config(  # SpikingJelly's rules, its errors under our keys
         model_config,
         values,
         classify_plan.training_view(trainer) if classic else trainer,
@@ -531,6 +513,15 @@ def build_snn_plan(
         run_dir,
         resume,
     )
+    execution = "compile" if trainer.get("execution_mode") == "compile" else "eager"
+    neuron = neurons.checked(
+        values["model"].get("neuron_implementation", "auto"), model_config, device, execution
+    )
+    if trainer.get("memopt_level") and not caps.memopt:
+        raise ConfigError(
+            "trainer.memopt_level", trainer["memopt_level"], f"0: {model_name} has no memopt split"
+        )
+    _check_reshard(run_dir, extensions, engine, dims, trainer, resume, model_config)
     return _with_recipe_card(SNNPlan(
         choices=dict(choices),
         run_dir=run_dir,

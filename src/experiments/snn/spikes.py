@@ -24,13 +24,10 @@ from typing import Any
 
 import torch
 
-from experiments import validation as check
 from experiments.errors import ConfigError, RunStopped
 from experiments.snn.spikes_file import SATURATED, SPIKES_FILE
 
-COSTS = ("fp32", "fp16", "int8")  # SpikingJelly's SimpleEnergyCostConfig presets
 SHARD_SCOPE = "tensor-parallel shard"  # the counters' scope for work split over TP ranks
-KEYS = ("images", "seed", "costs", "guard")
 # the memory traffic SpikingJelly's energy model prices (its SimpleEnergyReport's sum)
 MEMORY_BYTES = ("weight_read_bytes", "bias_read_bytes", "neuron_state_read_bytes",
                 "neuron_state_write_bytes")  # fmt: skip
@@ -65,25 +62,16 @@ class Settings:
 
 
 def settings(trainer: dict[str, Any]) -> Settings:
-    """`trainer.spikes` checked (ConfigError naming the key, the bad value, a valid one)."""
-    node = trainer.get("spikes") or {}
-    if not isinstance(node, dict):
-        raise ConfigError("trainer.spikes", node, "a mapping of " + ", ".join(KEYS))
-    for key in sorted(set(node) - set(KEYS)):
-        raise ConfigError(f"trainer.spikes.{key}", node[key], "valid keys: " + ", ".join(KEYS))
-    images, seed, guard = node.get("images", "auto"), node.get("seed", 0), node.get("guard")
-    if images != "auto" and (isinstance(images, bool) or not isinstance(images, int) or images < 0):
-        raise ConfigError("trainer.spikes.images", images, "an integer >= 0 or auto (0: off)")
-    check.integer(seed, "trainer.spikes.seed", minimum=0)
-    if guard is not None and (isinstance(guard, bool) or not isinstance(guard, int) or guard < 1):
-        raise ConfigError(
-            "trainer.spikes.guard",
-            guard,
-            "an integer >= 1 (evaluations in a row a layer may stay silent or saturated before "
-            "the run stops), or null: off",
-        )
-    costs = check.choice(node.get("costs", "fp32"), "trainer.spikes.costs", COSTS)
-    return Settings(None if images == "auto" else int(images), int(seed), str(costs), guard)
+    """`trainer.spikes` as the run uses it (`auto` as None, made a size by `resolved`); its
+    keys' types and ranges are their schema's (schemas/trainer.py)."""
+    node = trainer["spikes"]
+    images = node["images"]
+    return Settings(
+        images=None if images == "auto" else images,
+        seed=node["seed"],
+        costs=node["costs"],
+        guard=node["guard"],
+    )
 
 
 def resolved(spikes: Settings, dims: Any, batch_size: int) -> Settings:
