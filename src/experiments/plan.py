@@ -34,10 +34,14 @@ def _objectives(value: Any, family: Any) -> tuple[str, ...]:
         raise ConfigError(
             "objective",
             value,
-            "auto (" + family.objective + "), one of " + ", ".join(family.directions)
+            "auto ("
+            + family.objective
+            + "), one of "
+            + ", ".join(family.directions)
             + ", or a list of them, e.g. objective=[val_accuracy,energy_per_image_mj]"
-            if family.other_objectives else f"auto or {family.objective}",
-        )  # fmt: skip
+            if family.other_objectives
+            else f"auto or {family.objective}",
+        )
     return tuple(str(name) for name in names)
 
 

@@ -37,8 +37,20 @@ SUBMITTED = "submitted.json"  # written at submission by launchers/slurm_jobs.py
 CANCELLED = "cancelled.json"
 # Slurm job states of a job still in the queue (squeue -t's names, lower case).
 ACTIVE = frozenset(
-    "pending running configuring completing suspended requeued requeue_hold requeue_fed resizing"  # noqa: SIM905
-    " signaling stage_out stopped".split()
+    {
+        "pending",
+        "running",
+        "configuring",
+        "completing",
+        "suspended",
+        "requeued",
+        "requeue_hold",
+        "requeue_fed",
+        "resizing",
+        "signaling",
+        "stage_out",
+        "stopped",
+    }
 )
 
 

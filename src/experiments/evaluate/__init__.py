@@ -38,8 +38,11 @@ PARSER = tool_cli.parser(
     ],
     "none of the run's checkpoints is readable",
 )
-PARSER.add_argument("target", metavar="RUN_DIR|CHECKPOINT",
-                    help="a run directory, a checkpoint in one, or an exported file")  # fmt: skip
+PARSER.add_argument(
+    "target",
+    metavar="RUN_DIR|CHECKPOINT",
+    help="a run directory, a checkpoint in one, or an exported file",
+)
 PARSER.add_argument(
     "overrides", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides"
 )

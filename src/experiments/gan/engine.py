@@ -75,8 +75,12 @@ def _guarded(base: type) -> type:
                 getattr(base, method)(self, runner)
             except Exception as error:
                 self.failed = True
-                log.warning("%s failed in %s (%s); training goes on without it",
-                            base.__name__, method, error)  # fmt: skip
+                log.warning(
+                    "%s failed in %s (%s); training goes on without it",
+                    base.__name__,
+                    method,
+                    error,
+                )
 
         return guarded
 
@@ -140,8 +144,10 @@ def _record_hook_class() -> type:
             self.recorder.log_metrics(record, tag_prefix="train")
             if self.say_cpu and done > self.start_iter:
                 self.say_cpu = False
-                print(cpu_notice(elapsed / (done - self.start_iter), done - self.start_iter),
-                      flush=True)  # fmt: skip
+                print(
+                    cpu_notice(elapsed / (done - self.start_iter), done - self.start_iter),
+                    flush=True,
+                )
 
     return ExperimentsRecordHook
 
@@ -199,9 +205,14 @@ def train(plan: Any, recorder: RunRecorder) -> dict[str, Any]:
             _train_cpu_ddp(model, dataset, cfg, timestamp, meta)
         else:
             train_model(
-                model, dataset, cfg, distributed=distributed, validate=False,
-                timestamp=timestamp, meta=meta,
-            )  # fmt: skip
+                model,
+                dataset,
+                cfg,
+                distributed=distributed,
+                validate=False,
+                timestamp=timestamp,
+                meta=meta,
+            )
     finally:
         stop.restore()
     wall = time.perf_counter() - started

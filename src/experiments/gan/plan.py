@@ -316,9 +316,16 @@ def check_reshard(plan: GANPlan, extensions: list[str], allow_batch_change: bool
 # trainer.spikes as conf/trainer/default.yaml sets it: what a GAN run leaves untouched
 SNN_SPIKES = {"images": "auto", "seed": 0, "costs": "fp32", "guard": 3}
 # ... and its SNN trainer keys, which a GAN run must leave at these values
-SNN_TRAINER = {"engine": "auto", "precision": "fp32", "execution_mode": "eager", "memopt_level": 0,
-               "fp8_recipe": "auto", "memopt_checkpoint_budget": "memory",
-               "memopt_compress_inputs": True, "profile_steps": 0}  # fmt: skip
+SNN_TRAINER = {
+    "engine": "auto",
+    "precision": "fp32",
+    "execution_mode": "eager",
+    "memopt_level": 0,
+    "fp8_recipe": "auto",
+    "memopt_checkpoint_budget": "memory",
+    "memopt_compress_inputs": True,
+    "profile_steps": 0,
+}
 
 
 def _check_trainer(trainer: dict[str, Any]) -> None:

@@ -21,10 +21,24 @@ from experiments.gan import ddp as gan_ddp
 
 FAMILY = "gan"
 # each an integer >= 1 (eval_images may be 0)
-POSITIVE = ("batch_size", "iters", "checkpoint_interval", "log_interval", "sample_interval",
-            "num_samples")  # fmt: skip
-RECIPE_KEYS = ("family", "recipe", "scale", *POSITIVE, "eval_images", "eval_untrained", "ddp",
-               "cfg_options")  # fmt: skip
+POSITIVE = (
+    "batch_size",
+    "iters",
+    "checkpoint_interval",
+    "log_interval",
+    "sample_interval",
+    "num_samples",
+)
+RECIPE_KEYS = (
+    "family",
+    "recipe",
+    "scale",
+    *POSITIVE,
+    "eval_images",
+    "eval_untrained",
+    "ddp",
+    "cfg_options",
+)
 CHECKPOINT_DIRNAME = "ckpt"  # MMGen's: <work_dir>/ckpt/<basename of work_dir>/iter_N.pth
 SAMPLES_DIRNAME = "training_samples"  # MMGen's VisualizeUnconditionalSamples output_dir
 # Modules a conditional recipe's dumped config imports (mmcv custom_imports) so that MMGen's own

@@ -218,8 +218,10 @@ def sample(argv: list[str]) -> int:
         with atomically(npz, npz.with_name(f".{npz.stem}.tmp.npz"), fsync=False) as temporary:
             np.savez(temporary, **arrays)
         colours = "RGB" if pixels.shape[-1] == 3 else "grey"
-        print(f"wrote {npz}: images {pixels.shape} uint8 ({colours})" +
-              (", labels" if labels is not None else ""))  # fmt: skip
+        print(
+            f"wrote {npz}: images {pixels.shape} uint8 ({colours})"
+            + (", labels" if labels is not None else "")
+        )
     return 0
 
 

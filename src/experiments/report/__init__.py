@@ -129,12 +129,18 @@ def write_report(
     with replacing(sweep_dir / "report.md") as temporary:
         temporary.write_text(
             _markdown(
-                sweep_dir, columns, table, counts, ranked, plots, fam,
+                sweep_dir,
+                columns,
+                table,
+                counts,
+                ranked,
+                plots,
+                fam,
                 seeds.markdown(seed_table, config_keys, fam) if seed_table else [],
                 figs.pareto_points(points, fam),
             ),
             encoding="utf-8",
-        )  # fmt: skip
+        )
     return {
         "objective": objective,
         "points": len(table),
@@ -215,8 +221,13 @@ def _front(fam: Family, front: list[tuple[dict, float, float]]) -> list[str]:
     if fam.tradeoff is None or not front:
         return []
     cost = fam.tradeoff.cost
-    lines = ["", f"## Pareto front: {fam.objective} vs {cost}", "",
-             f"| point | {fam.objective} | {cost} |", "|---|---|---|"]  # fmt: skip
+    lines = [
+        "",
+        f"## Pareto front: {fam.objective} vs {cost}",
+        "",
+        f"| point | {fam.objective} | {cost} |",
+        "|---|---|---|",
+    ]
     return lines + [f"| {p['point']} | {value:.4f} | {c:.4g} |" for p, c, value in front]
 
 

@@ -96,17 +96,37 @@ def _draw_tradeoff(sweep_dir: Path, points: list[dict[str, Any]], keys: list[str
     assert fam.tradeoff is not None
     every, front = tradeoff_points(points, fam), pareto_points(points, fam)
     figure, axis = plt.subplots(figsize=(6.4, 4.4), dpi=110)
-    axis.scatter([c for _, c, _ in every], [v for _, _, v in every], s=18, color="0.55",
-                 label="point", zorder=2)  # fmt: skip
-    axis.plot([c for _, c, _ in front], [v for _, _, v in front], "-o", color="C3",
-              markersize=6, label="Pareto front", zorder=3)  # fmt: skip
+    axis.scatter(
+        [c for _, c, _ in every],
+        [v for _, _, v in every],
+        s=18,
+        color="0.55",
+        label="point",
+        zorder=2,
+    )
+    axis.plot(
+        [c for _, c, _ in front],
+        [v for _, _, v in front],
+        "-o",
+        color="C3",
+        markersize=6,
+        label="Pareto front",
+        zorder=3,
+    )
     for point, cost, value in front:
-        axis.annotate(label(point, keys) or point["point"], (cost, value), fontsize=7,
-                      textcoords="offset points", xytext=(4, 4))  # fmt: skip
+        axis.annotate(
+            label(point, keys) or point["point"],
+            (cost, value),
+            fontsize=7,
+            textcoords="offset points",
+            xytext=(4, 4),
+        )
     axis.set_xlabel(fam.tradeoff.label)
     axis.set_ylabel(fam.objective)
-    axis.set_title(f"{fam.objective} vs {fam.tradeoff.cost}: {len(every)} points, "
-                   f"{len(front)} on the front", fontsize=9)  # fmt: skip
+    axis.set_title(
+        f"{fam.objective} vs {fam.tradeoff.cost}: {len(every)} points, {len(front)} on the front",
+        fontsize=9,
+    )
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)
     save_png(figure, sweep_dir / fam.tradeoff.filename)

@@ -33,8 +33,16 @@ LOGS = {  # the learning-curve columns a figure may need, for both model familie
 MAX_CURVE_POINTS = 200  # longer curves are down-sampled evenly (the last record always kept)
 # failure: which rank of a multi-rank run failed, and its log (run/failures.py); interrupted:
 # why a run stopped after a checkpoint without finishing.
-SUMMARY_FIELDS = tuple(
-    "status engine metrics wall_time_s slurm seed error failure interrupted".split()  # noqa: SIM905
+SUMMARY_FIELDS = (
+    "status",
+    "engine",
+    "metrics",
+    "wall_time_s",
+    "slurm",
+    "seed",
+    "error",
+    "failure",
+    "interrupted",
 )
 FINAL = ("completed", "failed")
 # summary.json there but not readable (cut short by a crash, not JSON, a newer record format)

@@ -197,8 +197,15 @@ def _draw_objective(
         [0.0 if math.isnan(v) else v for v in low],
         [0.0 if math.isnan(v) else v for v in high],
     ]
-    axis.errorbar(positions, means, yerr=errors, fmt="o", capsize=5, color="tab:blue",
-                  label="mean, 95 % t-interval")  # fmt: skip
+    axis.errorbar(
+        positions,
+        means,
+        yerr=errors,
+        fmt="o",
+        capsize=5,
+        color="tab:blue",
+        label="mean, 95 % t-interval",
+    )
     for index, row in enumerate(table):
         values = [
             v
@@ -236,8 +243,9 @@ def _draw_curves(
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
     for axis, panel in zip(axes, fam.curves, strict=True):
         for row in table:
-            _draw_band(axis, panel, [by_name[name] for name in row["points"].split()],
-                       _label(row, keys))  # fmt: skip
+            _draw_band(
+                axis, panel, [by_name[name] for name in row["points"].split()], _label(row, keys)
+            )
         axis.set(xlabel=panel.xlabel, ylabel=panel.title.lower())
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_title(f"{panel.title}: mean ± std over seeds", fontsize=10)
@@ -266,8 +274,9 @@ def _draw_band(axis: Any, panel: Any, members: list[dict[str, Any]], label: str)
         at = [s[x] for s in series if x in s and _number(s[x]) is not None]
         mean.append(statistics.fmean(at) if at else math.nan)
         spread.append(statistics.stdev(at) if len(at) > 1 else 0.0)
-    (line,) = axis.plot(xs, mean, marker="o" if len(xs) <= 20 else None,
-                        label=f"{label} (n={len(series)})")  # fmt: skip
+    (line,) = axis.plot(
+        xs, mean, marker="o" if len(xs) <= 20 else None, label=f"{label} (n={len(series)})"
+    )
     if len(xs) == 1:  # one evaluation: a band has no width, an error bar does
         axis.errorbar(xs, mean, yerr=spread, capsize=5, color=line.get_color())
     axis.fill_between(

@@ -35,9 +35,15 @@ log = logging.getLogger(__name__)
 
 FOLDER = "failures"
 # How a peer's death looks from the ranks that survive it (gloo, NCCL, the TCP store).
-_ECHOES = tuple(
-    "connection closed by peer|connection reset by peer|broken pipe|remote worker crash|socket"  # noqa: SIM905
-    " timeout|connection refused|nccl communicator was aborted|process group watchdog".split("|")
+_ECHOES = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "broken pipe",
+    "remote worker crash",
+    "socket timeout",
+    "connection refused",
+    "nccl communicator was aborted",
+    "process group watchdog",
 )
 POLL_S = 1.0
 

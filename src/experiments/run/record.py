@@ -39,9 +39,17 @@ STEPS = "steps.jsonl"
 # report) naming the package version that wrote it; older ones are read.
 RECORD_FORMAT = 1
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
-PACKAGES = tuple(
-    "experiments torch torchvision spikingjelly hydra-core omegaconf submitit"  # noqa: SIM905
-    " hydra-submitit-launcher mmcv-full mmgen".split()
+PACKAGES = (
+    "experiments",
+    "torch",
+    "torchvision",
+    "spikingjelly",
+    "hydra-core",
+    "omegaconf",
+    "submitit",
+    "hydra-submitit-launcher",
+    "mmcv-full",
+    "mmgen",
 )
 
 

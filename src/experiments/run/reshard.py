@@ -48,9 +48,15 @@ def refuse(family: str, extensions: list[str], why: str) -> None:
 
 
 def global_batch_refused(
-    key: str, value: Any, path: Path, old: int, trained: str, continued: str, new: int,
+    key: str,
+    value: Any,
+    path: Path,
+    old: int,
+    trained: str,
+    continued: str,
+    new: int,
     keeps: list[str],
-) -> ConfigError:  # fmt: skip
+) -> ConfigError:
     """A resume under another topology that would move the global batch (every family):
     the numbers both ways and the overrides that keep it."""
     return ConfigError(

@@ -27,9 +27,17 @@ OPT_NAMES = {
 }
 # What the default trainer's keys mean for the shared parts of the plan (TrainingConfig):
 # the classic Trainer has no step limit, step-interval checkpoints or memopt.
-NEUTRAL_KEYS = {"max_steps": None, "checkpoint_interval": 0, "keep_checkpoints": 1,
-                "log_every_n_steps": 1, "profile_steps": 0, "engine": NAME, "memopt_level": 0,
-                "scheduler": None, "scheduler_kwargs": {}}  # fmt: skip
+NEUTRAL_KEYS = {
+    "max_steps": None,
+    "checkpoint_interval": 0,
+    "keep_checkpoints": 1,
+    "log_every_n_steps": 1,
+    "profile_steps": 0,
+    "engine": NAME,
+    "memopt_level": 0,
+    "scheduler": None,
+    "scheduler_kwargs": {},
+}
 
 
 def is_classify(trainer: dict[str, Any]) -> bool:
@@ -144,9 +152,20 @@ def check_extension(trainer: dict[str, Any], extensions: list[str]) -> None:
 
 
 # trainer keys passed as --key-name=value, in the command line's order
-PASSED_AS_GIVEN = ("label_smoothing", "mixup_alpha", "cutmix_alpha", "lr_scheduler",
-                   "lr_warmup_epochs", "lr_warmup_method", "lr_warmup_decay", "lr_step_size",
-                   "lr_gamma", "model_ema_steps", "model_ema_decay", "execution_mode")  # fmt: skip
+PASSED_AS_GIVEN = (
+    "label_smoothing",
+    "mixup_alpha",
+    "cutmix_alpha",
+    "lr_scheduler",
+    "lr_warmup_epochs",
+    "lr_warmup_method",
+    "lr_warmup_decay",
+    "lr_step_size",
+    "lr_gamma",
+    "model_ema_steps",
+    "model_ema_decay",
+    "execution_mode",
+)
 PASSED_UNLESS_NULL = ("norm_weight_decay", "clip_grad_norm")
 
 

@@ -122,8 +122,9 @@ def _spikes(plan: Any, model: torch.nn.Module, step: int) -> dict[str, Any] | No
     model_config = config.model
 
     def forward(images: torch.Tensor) -> torch.Tensor:
-        return _forward_classification(model, images, model_config.time_steps,
-                                       model_config.step_mode, config.input_layout)  # fmt: skip
+        return _forward_classification(
+            model, images, model_config.time_steps, model_config.step_mode, config.input_layout
+        )
 
     counts = spikes.measure(model, batches, forward, settings)
     summary = spikes.local_summary(counts)
@@ -252,8 +253,9 @@ def _library_state(plan: Any, path: Path) -> tuple[dict, int]:
         raise EvaluationError(f"{path} is not a complete SpikingJelly checkpoint ({reason})")
     recipe = read_recipe(path)
     pipeline, tensor = recipe["pipeline_parallel_size"], recipe["tensor_parallel_size"]
-    merged = _merged(plan, pipeline, tensor,
-                     lambda pp, tp: read_shard(path / shard_folder(pp, tp))["model"])  # fmt: skip
+    merged = _merged(
+        plan, pipeline, tensor, lambda pp, tp: read_shard(path / shard_folder(pp, tp))["model"]
+    )
     return merged, checkpoint_step(path)
 
 
@@ -294,9 +296,10 @@ def _load_classify(
     if chosen is not None:
         if classify_plan.resume_file(chosen) is None:
             raise ConfigError(
-                "checkpoint", str(chosen), f"a .pth file the Trainer wrote, e.g. {folder}/"
-                f"{classify_plan.LATEST}",
-            )  # fmt: skip
+                "checkpoint",
+                str(chosen),
+                f"a .pth file the Trainer wrote, e.g. {folder}/{classify_plan.LATEST}",
+            )
         candidates = [classify_plan.resume_file(chosen)]
     else:
         epochs = sorted(
@@ -327,8 +330,10 @@ def _first_loadable(
         except Exception as error:  # a truncated or foreign file raises many types
             problems.append(f"{path.name}: {type(error).__name__}: {error}")
             if path != candidates[-1]:  # the last one's problem is the error below
-                print(f"warning: cannot load {path} ({problems[-1]}); trying the previous one",
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    f"warning: cannot load {path} ({problems[-1]}); trying the previous one",
+                    file=sys.stderr,
+                )
     raise EvaluationError("no checkpoint can be loaded: " + "; ".join(problems))
 
 
@@ -356,9 +361,12 @@ def _evaluate(plan: Any, model: torch.nn.Module) -> Evaluated:
     with torch.inference_mode():
         for images, targets in tqdm(loader, desc="eval", unit="batch", leave=False, disable=None):
             logits = _forward_classification(
-                model, images, config.model.time_steps, config.model.step_mode,
+                model,
+                images,
+                config.model.time_steps,
+                config.model.step_mode,
                 config.input_layout,
-            )  # fmt: skip
+            )
             loss = _classification_loss(logits, targets, loss_function)
             predictions = logits.argmax(1)
             totals[0] += loss.double() * targets.numel()
@@ -398,8 +406,15 @@ def _confusion_figure(confusion: torch.Tensor, path: Path, record: dict[str, Any
             for predicted in range(classes):
                 count = int(confusion[true, predicted])
                 if count:
-                    axes.text(predicted, true, str(count), ha="center", va="center", fontsize=7,
-                              color="white" if count > peak / 2 else "black")  # fmt: skip
+                    axes.text(
+                        predicted,
+                        true,
+                        str(count),
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                        color="white" if count > peak / 2 else "black",
+                    )
         axes.set_xticks(range(classes))
         axes.set_yticks(range(classes))
     axes.set_xlabel("predicted class")

@@ -121,8 +121,9 @@ class TimmMixup:
 
     def __call__(self, images: Any, targets: Any) -> tuple[Any, Any]:
         loop = sys._getframe(1).f_locals  # train_classification's
-        return self.mix(images, targets, int(loop["epoch"]), int(loop["dp_rank"]),
-                        int(loop["global_step"]))  # fmt: skip
+        return self.mix(
+            images, targets, int(loop["epoch"]), int(loop["dp_rank"]), int(loop["global_step"])
+        )
 
     def mix(self, images: Any, targets: Any, epoch: int, dp_rank: int, step: int) -> Any:
         """(images mixed in place, targets as probabilities [N, classes]) for the batch the

@@ -45,11 +45,6 @@ from experiments.snn.models import capabilities, instantiate_model_config, param
 from experiments.topology import ParallelDims, parallel_dims
 
 CHECKPOINT_DIRNAME = "checkpoints"
-# TrainingConfig fields that are the trainer's keys, and the mesh's, as they are
-TRAINER_FIELDS = ("epochs", "batch_size", "workers", "scheduler", "execution_mode", "memopt_level",
-                  "max_steps", "checkpoint_interval")  # fmt: skip
-DIMS_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "pipeline_microbatches",
-               "data_parallel")  # fmt: skip
 DERIVED = ("accumulation_steps", "derivation")  # batch keys of a derived batch (derive_batch)
 LIBRARY_LOSS = TrainingConfig.__dataclass_fields__["loss_function"].default
 
@@ -337,8 +332,18 @@ def _training_config(
             dataset_builder=values["data"]["builder"],
             dataset_kwargs=data_kwargs,
             input_layout=input_layout(values["data"]),
-            **{key: trainer[key] for key in TRAINER_FIELDS},
-            **{key: getattr(dims, key) for key in DIMS_FIELDS},
+            epochs=trainer["epochs"],
+            batch_size=trainer["batch_size"],
+            workers=trainer["workers"],
+            scheduler=trainer["scheduler"],
+            execution_mode=trainer["execution_mode"],
+            memopt_level=trainer["memopt_level"],
+            max_steps=trainer["max_steps"],
+            checkpoint_interval=trainer["checkpoint_interval"],
+            tensor_parallel_size=dims.tensor_parallel_size,
+            pipeline_parallel_size=dims.pipeline_parallel_size,
+            pipeline_microbatches=dims.pipeline_microbatches,
+            data_parallel=dims.data_parallel,
             optimizer=optimizer_name,
             optimizer_kwargs=optimizer_kwargs,
             scheduler_kwargs=trainer["scheduler_kwargs"] or {},
@@ -499,9 +504,15 @@ def build_snn_plan(
     spike_settings = spikes.resolved(spikes.settings(trainer), dims, trainer["batch_size"])
 
     engine, device = _engine_and_device(
-        classic, trainer, dims, module.has_cuda(launcher), launcher["name"], values,
-        model_config, extensions,
-    )  # fmt: skip
+        classic,
+        trainer,
+        dims,
+        module.has_cuda(launcher),
+        launcher["name"],
+        values,
+        model_config,
+        extensions,
+    )
     training_config = _training_config(  # SpikingJelly's rules, its errors under our keys
         model_config,
         values,
@@ -522,29 +533,40 @@ def build_snn_plan(
             "trainer.memopt_level", trainer["memopt_level"], f"0: {model_name} has no memopt split"
         )
     _check_reshard(run_dir, extensions, engine, dims, trainer, resume, model_config)
-    return _with_recipe_card(SNNPlan(
-        choices=dict(choices),
-        run_dir=run_dir,
-        overrides=list(overrides),
-        model_config=model_config,
-        parameters=parameter_count(model_config),
-        dims=dims,
-        engine=engine,
-        device=device,
-        backend="nccl" if device == "cuda" else "gloo",
-        training_config=training_config,
-        launch_command=module.command(launcher, user_overrides(overrides), str(run_dir)),
-        launch_notes=launch_notes(launcher, "snn"),
-        resume=resume,
-        trainer=trainer,
-        extensions=extensions,
-        spikes=spike_settings,
-        neuron=neuron,
-        trainer_args=classify_plan.arguments(
-            trainer, device=device, optimizer=optimizer_name, optimizer_kwargs=optimizer_kwargs,
-            seed=values["seed"], run_dir=run_dir, model=model_name,
-        ) if classic else [],
-    ), values, classic)  # fmt: skip
+    return _with_recipe_card(
+        SNNPlan(
+            choices=dict(choices),
+            run_dir=run_dir,
+            overrides=list(overrides),
+            model_config=model_config,
+            parameters=parameter_count(model_config),
+            dims=dims,
+            engine=engine,
+            device=device,
+            backend="nccl" if device == "cuda" else "gloo",
+            training_config=training_config,
+            launch_command=module.command(launcher, user_overrides(overrides), str(run_dir)),
+            launch_notes=launch_notes(launcher, "snn"),
+            resume=resume,
+            trainer=trainer,
+            extensions=extensions,
+            spikes=spike_settings,
+            neuron=neuron,
+            trainer_args=classify_plan.arguments(
+                trainer,
+                device=device,
+                optimizer=optimizer_name,
+                optimizer_kwargs=optimizer_kwargs,
+                seed=values["seed"],
+                run_dir=run_dir,
+                model=model_name,
+            )
+            if classic
+            else [],
+        ),
+        values,
+        classic,
+    )
 
 
 def _with_recipe_card(plan: SNNPlan, values: dict[str, Any], classic: bool) -> SNNPlan:

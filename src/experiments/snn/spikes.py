@@ -29,8 +29,12 @@ from experiments.snn.spikes_file import SATURATED, SPIKES_FILE
 
 SHARD_SCOPE = "tensor-parallel shard"  # the counters' scope for work split over TP ranks
 # the memory traffic SpikingJelly's energy model prices (its SimpleEnergyReport's sum)
-MEMORY_BYTES = ("weight_read_bytes", "bias_read_bytes", "neuron_state_read_bytes",
-                "neuron_state_write_bytes")  # fmt: skip
+MEMORY_BYTES = (
+    "weight_read_bytes",
+    "bias_read_bytes",
+    "neuron_state_read_bytes",
+    "neuron_state_write_bytes",
+)
 
 
 # `auto`: the slice's size (rounded up to what the topology divides). 32, not 64: SpikingJelly's
@@ -262,8 +266,11 @@ def _ops(profiler: Any) -> tuple[dict[str, int], dict[str, int]]:
     """(all operations and memory bytes counted on this rank, those under SHARD_SCOPE)."""
     total: dict[str, int] = {}
     sharded: dict[str, int] = {}
-    for key, counter in (("mac", profiler.mac_counter), ("ac", profiler.ac_counter),
-                         ("synop", profiler.synop_counter)):  # fmt: skip
+    for key, counter in (
+        ("mac", profiler.mac_counter),
+        ("ac", profiler.ac_counter),
+        ("synop", profiler.synop_counter),
+    ):
         scopes = counter.get_counts()
         total[key] = int(sum(scopes.get("Global", {}).values()))
         sharded[key] = int(sum(scopes.get(SHARD_SCOPE, {}).values()))
@@ -289,8 +296,12 @@ def local_summary(counts: Counts) -> dict[str, Any]:
             "saturated": int(layer.always.count_nonzero()) if neurons else 0,
             "sharded": layer.sharded,
         }
-    return {"layers": layers, "images": counts.images, "ops": counts.ops,
-            "sharded_ops": counts.sharded_ops}  # fmt: skip
+    return {
+        "layers": layers,
+        "images": counts.images,
+        "ops": counts.ops,
+        "sharded_ops": counts.sharded_ops,
+    }
 
 
 def reduce_data_parallel(counts: Counts, group: Any, size: int) -> None:
@@ -322,8 +333,13 @@ def reduce_data_parallel(counts: Counts, group: Any, size: int) -> None:
         layer.fired, layer.always = fired.bool().cpu(), ~missed.bool().cpu()
 
 
-def combine(summaries: list[tuple[int, dict[str, Any]]], spikes: Settings, order: list[str],
-            step: int, epoch: int | None) -> dict[str, Any]:  # fmt: skip
+def combine(
+    summaries: list[tuple[int, dict[str, Any]]],
+    spikes: Settings,
+    order: list[str],
+    step: int,
+    epoch: int | None,
+) -> dict[str, Any]:
     """Rank 0's record of one evaluation from each model-parallel position's summary
     ((tp rank, summary), data-parallel peers already reduced in): a layer or an operation
     held in shards is summed over the TP ranks, the rest taken from TP rank 0; pipeline
@@ -336,21 +352,37 @@ def combine(summaries: list[tuple[int, dict[str, Any]]], spikes: Settings, order
         for name, layer in summary["layers"].items():
             if not layer["sharded"] and tp_rank != 0:
                 continue
-            into = layers.setdefault(name, {"spikes": 0, "steps": 0, "neurons": 0,
-                                            "silent": 0, "saturated": 0})  # fmt: skip
+            into = layers.setdefault(
+                name, {"spikes": 0, "steps": 0, "neurons": 0, "silent": 0, "saturated": 0}
+            )
             for key in into:
                 into[key] += layer[key]
         for key, value in summary["ops"].items():
             shared = value - summary["sharded_ops"].get(key, 0)
             ops[key] = ops.get(key, 0) + summary["sharded_ops"].get(key, 0)
             ops[key] += shared if tp_rank == 0 else 0
-    return _record(layers, ops, images, spikes, order, step, epoch,
-                   memory_comparable=not any(tp for tp, _ in summaries))  # fmt: skip
+    return _record(
+        layers,
+        ops,
+        images,
+        spikes,
+        order,
+        step,
+        epoch,
+        memory_comparable=not any(tp for tp, _ in summaries),
+    )
 
 
-def _record(layers: dict[str, dict[str, Any]], ops: dict[str, float], images: int,
-            spikes: Settings, order: list[str], step: int, epoch: int | None,
-            memory_comparable: bool) -> dict[str, Any]:  # fmt: skip
+def _record(
+    layers: dict[str, dict[str, Any]],
+    ops: dict[str, float],
+    images: int,
+    spikes: Settings,
+    order: list[str],
+    step: int,
+    epoch: int | None,
+    memory_comparable: bool,
+) -> dict[str, Any]:
     costs = cost_config(spikes.costs)
     per_image = max(images, 1)
     ordered = [name for name in order if name in layers] + sorted(set(layers) - set(order))
@@ -358,13 +390,15 @@ def _record(layers: dict[str, dict[str, Any]], ops: dict[str, float], images: in
     for name in ordered:
         layer = layers[name]
         neurons = max(layer["neurons"], 1)
-        table.append({
-            "layer": name,
-            "firing_rate": layer["spikes"] / max(layer["steps"], 1),
-            "silent": layer["silent"] / neurons,
-            "saturated": layer["saturated"] / neurons,
-            "neurons": layer["neurons"],
-        })  # fmt: skip
+        table.append(
+            {
+                "layer": name,
+                "firing_rate": layer["spikes"] / max(layer["steps"], 1),
+                "silent": layer["silent"] / neurons,
+                "saturated": layer["saturated"] / neurons,
+                "neurons": layer["neurons"],
+            }
+        )
     compute_pj = ops.get("mac", 0) * costs.e_mac_pj + ops.get("ac", 0) * costs.e_ac_pj
     memory_pj = ops.get("memory_bytes", 0) * costs.e_memory_pj_per_byte
     total_spikes = sum(layer["spikes"] for layer in layers.values())

@@ -119,9 +119,12 @@ class _Run:
         self.plan = plan
         self.recorder = recorder
         self.stop = stop
-        candidates = [Path(p) for p in collectives.broadcast_from_rank0(
-            _candidates(plan) if dist.get_rank() == 0 else None
-        )]  # fmt: skip
+        candidates = [
+            Path(p)
+            for p in collectives.broadcast_from_rank0(
+                _candidates(plan) if dist.get_rank() == 0 else None
+            )
+        ]
         config = plan.training_config
         resume = None
         if candidates:
@@ -137,8 +140,9 @@ class _Run:
         recorder.summary["ranks"] = ranks = collectives.gather(_placement(plan))
         recorder.summary["restarts"] = distributed_env.restarts(ranks)
         dist.barrier()  # rank 0's clean-up is done before any rank looks at the folders
-        self.monitor = Monitor.for_plan(plan, recorder.summary,
-                                        agree=collectives.broadcast_from_rank0)  # fmt: skip
+        self.monitor = Monitor.for_plan(
+            plan, recorder.summary, agree=collectives.broadcast_from_rank0
+        )
         self.profiler = StepProfiler(
             int(plan.trainer.get("profile_steps", 0) or 0), plan.run_dir, dist.get_rank()
         )
@@ -147,8 +151,17 @@ class _Run:
             from experiments.snn.engines.spikingjelly_spikes import LoopSpikes
 
             self.spikes = LoopSpikes(plan.spikes, plan, records=[])
-        self.hooks = LoopHooks(plan, recorder, config, distributed_env.collective_device(), stop,
-                               self.monitor, self.profiler, resume, self.spikes)  # fmt: skip
+        self.hooks = LoopHooks(
+            plan,
+            recorder,
+            config,
+            distributed_env.collective_device(),
+            stop,
+            self.monitor,
+            self.profiler,
+            resume,
+            self.spikes,
+        )
 
     def _loaded(self, path: Path, step: int) -> None:
         """Every rank loaded `path` (at `step`): the records and the checkpoints go back to that
@@ -215,8 +228,9 @@ class _Run:
             self.spikes.draw(self.recorder)
         if hooks.stopping:
             assert self.stop is not None
-            log.warning("stopping at step %d on signal %s; checkpoint saved", hooks.step,
-                        self.stop.received)  # fmt: skip
+            log.warning(
+                "stopping at step %d on signal %s; checkpoint saved", hooks.step, self.stop.received
+            )
             self.stop.hand_over()
         return metrics
 

@@ -120,8 +120,12 @@ class _MetadataUnpickler(pickle.Unpickler):
         "torch.distributed.checkpoint.metadata",
         "torch.distributed.checkpoint.filesystem",
     )
-    NAMES: ClassVar = {("torch", "Size"), ("torch.serialization", "_get_layout"),
-             ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath")}  # fmt: skip
+    NAMES: ClassVar = {
+        ("torch", "Size"),
+        ("torch.serialization", "_get_layout"),
+        ("pathlib", "PosixPath"),
+        ("pathlib", "PurePosixPath"),
+    }
 
     def find_class(self, module: str, name: str) -> Any:
         import torch

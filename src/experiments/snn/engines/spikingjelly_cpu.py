@@ -27,9 +27,30 @@ warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as tru
 class CudaOnCPU:
     """`torch.cuda` as the library's loop uses it, answered for a CPU rank."""
 
-    is_available = staticmethod(lambda: True)
-    set_device = synchronize = reset_peak_memory_stats = staticmethod(lambda device=None: None)
-    max_memory_allocated = max_memory_reserved = staticmethod(lambda device=None: 0)
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def set_device(device: Any = None) -> None:
+        """The rank's device is the CPU already."""
+
+    @staticmethod
+    def synchronize(device: Any = None) -> None:
+        """CPU work is done when the call returns: nothing to wait for."""
+
+    @staticmethod
+    def reset_peak_memory_stats(device: Any = None) -> None:
+        """No CUDA allocator on a CPU rank: no peak to reset."""
+
+    @staticmethod
+    def max_memory_allocated(device: Any = None) -> int:
+        """No CUDA allocator on a CPU rank: the loop's memory line reads 0."""
+        return 0
+
+    @staticmethod
+    def max_memory_reserved(device: Any = None) -> int:
+        return 0
 
     @staticmethod
     def get_rng_state(device: Any = None) -> torch.Tensor:

@@ -61,16 +61,43 @@ REPLACED = (
     "_forward_classification",
     "_classification_loss",
 )
-STEP_LOCALS = ("global_step", "loss", "model", "optimizer", "dp_group", "dp_size",
-               "train_loader", "epoch", "targets", "totals", "dp_rank")  # fmt: skip
-EVALUATION_LOCALS = ("global_step", "epoch", "batch_index", "train_loss", "config", "model",
-                     "optimizer", "scheduler", "scaler", "device", "tp_rank", "pp_rank",
-                     "dp_rank", "checkpoint_group", "checkpoint_future", "training_seconds",
-                     "processed_images", "dp_group", "validation_loader", "evaluation_step",
-                     "evaluation_schedule", "precision")  # fmt: skip
-# of EVALUATION_LOCALS, what Saves.save_here hands the library's _save_checkpoint as it is
-SAVED_LOCALS = ("config", "model", "optimizer", "scheduler", "scaler", "tp_rank", "pp_rank",
-                "dp_rank")  # fmt: skip
+STEP_LOCALS = (
+    "global_step",
+    "loss",
+    "model",
+    "optimizer",
+    "dp_group",
+    "dp_size",
+    "train_loader",
+    "epoch",
+    "targets",
+    "totals",
+    "dp_rank",
+)
+EVALUATION_LOCALS = (
+    "global_step",
+    "epoch",
+    "batch_index",
+    "train_loss",
+    "config",
+    "model",
+    "optimizer",
+    "scheduler",
+    "scaler",
+    "device",
+    "tp_rank",
+    "pp_rank",
+    "dp_rank",
+    "checkpoint_group",
+    "checkpoint_future",
+    "training_seconds",
+    "processed_images",
+    "dp_group",
+    "validation_loader",
+    "evaluation_step",
+    "evaluation_schedule",
+    "precision",
+)
 TRAIN_STEP_LOCALS = ("loss_targets", "loss_function", "scaler", "precision")
 SYNCHRONIZE_CALLS = 2  # torch.cuda.synchronize(device) per optimizer step
 MIXUP_BUILT = "MixUp"  # the loop's `v2.MixUp(alpha=config.mixup_alpha, num_classes=...)`
@@ -147,13 +174,15 @@ class LoopHooks:
 
         on_cpu = self.plan.device == "cpu"
         saved = {name: getattr(training, name) for name in REPLACED}
-        training.torch = view_of_torch(_HookedCuda(CudaOnCPU() if on_cpu else torch.cuda, self),
-                                       on_cpu)  # fmt: skip
+        training.torch = view_of_torch(
+            _HookedCuda(CudaOnCPU() if on_cpu else torch.cuda, self), on_cpu
+        )
         training.dist = DistView()
         training._build_loaders = self._loaders(saved["_build_loaders"])
         if self.resume is not None:
-            training._load_checkpoint = self._resumed(self.resume.wrap(saved["_load_checkpoint"],
-                                                                       training))  # fmt: skip
+            training._load_checkpoint = self._resumed(
+                self.resume.wrap(saved["_load_checkpoint"], training)
+            )
         training._save_checkpoint, training._finish_checkpoint = self.saves.wrap(
             saved["_save_checkpoint"], saved["_finish_checkpoint"]
         )
@@ -351,10 +380,22 @@ class Saves:
         if dist.get_rank() == 0 and path.exists():  # this step again, after a resume
             shutil.rmtree(path)
         dist.barrier()
-        future = self.save(path, device=device, step=step, epoch=scope["epoch"],
-                           batch_in_epoch=scope["batch_index"] + 1,
-                           process_group=scope["checkpoint_group"],
-                           **{key: scope[key] for key in SAVED_LOCALS})  # fmt: skip
+        future = self.save(
+            path,
+            device=device,
+            step=step,
+            epoch=scope["epoch"],
+            batch_in_epoch=scope["batch_index"] + 1,
+            process_group=scope["checkpoint_group"],
+            config=scope["config"],
+            model=scope["model"],
+            optimizer=scope["optimizer"],
+            scheduler=scope["scheduler"],
+            scaler=scope["scaler"],
+            tp_rank=scope["tp_rank"],
+            pp_rank=scope["pp_rank"],
+            dp_rank=scope["dp_rank"],
+        )
         self.finish(future, device)
         return path
 
@@ -524,8 +565,13 @@ class Progress:
         if self.bar is None:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=step - 1, unit="step", dynamic_ncols=True,
-                            mininterval=1.0 if sys.stderr.isatty() else 15.0)  # fmt: skip
+            self.bar = tqdm(
+                total=total,
+                initial=step - 1,
+                unit="step",
+                dynamic_ncols=True,
+                mininterval=1.0 if sys.stderr.isatty() else 15.0,
+            )
         self.bar.set_description(f"epoch {epoch + 1}/{epochs}", refresh=False)
         if not math.isnan(loss):
             self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)

@@ -79,8 +79,11 @@ class Resume:
                     self.loaded(Path(candidate), progress[0])
                     return progress
                 reason = error or "a shard on another rank cannot be loaded"
-                log.warning("checkpoint %s cannot be loaded (%s); trying the previous one",
-                            candidate, reason)  # fmt: skip
+                log.warning(
+                    "checkpoint %s cannot be loaded (%s); trying the previous one",
+                    candidate,
+                    reason,
+                )
                 failures.append(reason)
             raise CheckpointError("no checkpoint can be loaded: " + "; ".join(failures))
 
@@ -171,19 +174,29 @@ def _load_resplit(
     )
     if isinstance(model, torch.nn.parallel.DistributedDataParallel):
         model.module.load_state_dict(local["model"], strict=True)
-        set_optimizer_state_dict(model, optimizer, optim_state_dict=local["optimizer"],
-                                 options=options)  # fmt: skip
+        set_optimizer_state_dict(
+            model, optimizer, optim_state_dict=local["optimizer"], options=options
+        )
     else:
-        set_state_dict(model, optimizer, model_state_dict=local["model"],
-                       optim_state_dict=local["optimizer"], options=options)  # fmt: skip
+        set_state_dict(
+            model,
+            optimizer,
+            model_state_dict=local["model"],
+            optim_state_dict=local["optimizer"],
+            options=options,
+        )
     first = shards[(0, 0)]
     if state["scheduler"] is not None:
         state["scheduler"].load_state_dict(first.get("scheduler", {}))
     state["scaler"].load_state_dict(first.get("scaler", {}))
     torch.set_rng_state(first["rng"]["torch"])
     training.torch.cuda.set_rng_state(first["rng"]["cuda"])
-    log.info("re-split %s from pp x tp = %s to %s", path, written,
-             (config.pipeline_parallel_size, config.tensor_parallel_size))  # fmt: skip
+    log.info(
+        "re-split %s from pp x tp = %s to %s",
+        path,
+        written,
+        (config.pipeline_parallel_size, config.tensor_parallel_size),
+    )
     progress = first["progress"]
     return int(progress["step"]), int(progress["epoch"]), int(progress["batch_in_epoch"])
 

@@ -65,9 +65,14 @@ class LoopSpikes:
         training = model.training
         model.eval()  # the DDP wrapper too: the evaluation forward reads the wrapper's mode
         try:
-            counts = spikes.measure(tree, batches, self._forward(scope, pp_rank), self.settings,
-                                    names=lambda name: names.get(name, name),
-                                    tensor_parallel=dims.tensor_parallel_size > 1)  # fmt: skip
+            counts = spikes.measure(
+                tree,
+                batches,
+                self._forward(scope, pp_rank),
+                self.settings,
+                names=lambda name: names.get(name, name),
+                tensor_parallel=dims.tensor_parallel_size > 1,
+            )
         finally:
             model.train(training)
         spikes.reduce_data_parallel(counts, scope["dp_group"], dims.data_parallel_size)
@@ -108,8 +113,11 @@ class LoopSpikes:
             _classification_sequence,
         )
 
-        schedule, precision, config = (scope["evaluation_schedule"], scope["precision"],
-                                       scope["config"])  # fmt: skip
+        schedule, precision, config = (
+            scope["evaluation_schedule"],
+            scope["precision"],
+            scope["config"],
+        )
 
         def through_the_pipeline(images: torch.Tensor) -> None:
             with precision.autocast_context(group=scope["dp_group"]):
