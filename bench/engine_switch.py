@@ -31,10 +31,17 @@ MAIN_JOB = ["experiment=digits_sew_resnet18", "logger=none"]
 def run_once(checkout: Path, extra: list[str], run_dir: Path) -> dict[str, float]:
     started = time.perf_counter()
     done = subprocess.run(
-        [str(checkout / ".venv" / "bin" / "experiments-train"), *MAIN_JOB, *extra,
-         f"hydra.run.dir={run_dir}"],
-        cwd=run_dir.parent, capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
+        [
+            str(checkout / ".venv" / "bin" / "experiments-train"),
+            *MAIN_JOB,
+            *extra,
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=run_dir.parent,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"{checkout}: {done.stderr[-3000:]}")
@@ -84,8 +91,18 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "engine_switch.json").write_text(json.dumps(result, indent=2))
     for name, runs in result["runs"].items():
-        print(name, [(round(r["seconds_per_step"], 4), round(r["wall_s"], 1),
-                      round(r["val_accuracy"], 4), r["engine"]) for r in runs])  # fmt: skip
+        print(
+            name,
+            [
+                (
+                    round(r["seconds_per_step"], 4),
+                    round(r["wall_s"], 1),
+                    round(r["val_accuracy"], 4),
+                    r["engine"],
+                )
+                for r in runs
+            ],
+        )
     ratios = f"{result['speed_ratio']:.3f} (steps), {result['wall_ratio']:.3f} (wall)"
     print(f"speed ratio new/old {ratios}")
 

@@ -177,34 +177,63 @@ MODES = {
     "compile": ["trainer.execution_mode=compile"],
     "cuda_graph": ["trainer.execution_mode=cuda_graph"],
     # SpikingJelly's neuron kernels, each pinned (model.neuron_implementation; snn/neurons.py)
-    **{f"neuron_{name}": [f"model.neuron_implementation={name}"]
-       for name in ("cuda", "triton", "torch")},
+    **{
+        f"neuron_{name}": [f"model.neuron_implementation={name}"]
+        for name in ("cuda", "triton", "torch")
+    },
     # memopt levels (0 is the main job), at its default checkpoint budget
     **{f"memopt_{level}": [f"trainer.memopt_level={level}"] for level in (1, 2, 3, 4)},
-}  # fmt: skip
+}
 
 
 def classify_args(ctx: Context) -> list[str]:
     args = ["trainer=classify", "trainer.lr_scheduler=step", "logger=none"]
     if ctx.cuda:
-        return [*args, "trainer.precision=amp", "model=sew_resnet18", "data=digits",
-                "model.time_steps=4", "trainer.epochs=2"]  # fmt: skip
-    return [*args, "data=synthetic", "data.train_size=16", "data.val_size=8",
-            "model.time_steps=2", "trainer.batch_size=8", "trainer.epochs=1"]  # fmt: skip
+        return [
+            *args,
+            "trainer.precision=amp",
+            "model=sew_resnet18",
+            "data=digits",
+            "model.time_steps=4",
+            "trainer.epochs=2",
+        ]
+    return [
+        *args,
+        "data=synthetic",
+        "data.train_size=16",
+        "data.val_size=8",
+        "model.time_steps=2",
+        "trainer.batch_size=8",
+        "trainer.epochs=1",
+    ]
 
 
-SYNC_BN_ARGS = ["trainer=classify", "trainer.lr_scheduler=step", "logger=none",
-                "trainer.sync_bn=true", "trainer.precision=amp", "model=sew_resnet18",
-                "data=digits", "model.time_steps=4", "trainer.epochs=1", "topology=ddp",
-                "launcher=torchrun", "launcher.nproc_per_node=2"]  # fmt: skip
+SYNC_BN_ARGS = [
+    "trainer=classify",
+    "trainer.lr_scheduler=step",
+    "logger=none",
+    "trainer.sync_bn=true",
+    "trainer.precision=amp",
+    "model=sew_resnet18",
+    "data=digits",
+    "model.time_steps=4",
+    "trainer.epochs=1",
+    "topology=ddp",
+    "launcher=torchrun",
+    "launcher.nproc_per_node=2",
+]
 
 
 def gan_ddp_args(ctx: Context, mode: str) -> list[str]:
     """One rank under torchrun, topology=ddp; a sample grid every iteration (the dynamic
     runner's first MMDDP forward is the sample hook's)."""
     one_rank = ["topology=ddp", "launcher=torchrun", "launcher.nproc_per_node=1"]
-    return [*gan(ctx, sample_interval=1, iters=20), *one_rank, f"model.ddp={mode}",
-            "model.eval_images=0"]  # fmt: skip
+    return [
+        *gan(ctx, sample_interval=1, iters=20),
+        *one_rank,
+        f"model.ddp={mode}",
+        "model.eval_images=0",
+    ]
 
 
 def throughput_steps(ctx: Context) -> int:

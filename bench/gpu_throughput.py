@@ -91,8 +91,13 @@ def _one_rank(cuda: bool) -> Iterator[None]:
     name and the globals it looks up), none of our loop hooks."""
     import torch.distributed as dist
 
-    values = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-              "MASTER_PORT": str(_free_port())}  # fmt: skip
+    values = {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_free_port()),
+    }
     saved = {key: os.environ.get(key) for key in values}
     os.environ.update(values)
     try:

@@ -28,9 +28,19 @@ STORAGES = {
     "journal": lambda root: str(root / "optuna.journal"),
     "sqlite": lambda root: f"sqlite:///{root / 'optuna.db'}",
 }
-COLUMNS = ("seconds", "trials", "expected", "lost_reports", "extra_reports", "unfinished",
-           "retried_calls", "retry_errors", "unpruned_trials", "worker_failures",
-           "login_error")  # fmt: skip
+COLUMNS = (
+    "seconds",
+    "trials",
+    "expected",
+    "lost_reports",
+    "extra_reports",
+    "unfinished",
+    "retried_calls",
+    "retry_errors",
+    "unpruned_trials",
+    "worker_failures",
+    "login_error",
+)
 
 
 def main() -> None:

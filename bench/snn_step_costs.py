@@ -114,8 +114,9 @@ def measure(steps: int, log_every: int, untuned: bool) -> dict[str, float]:
             sys.argv = saved
     warm = 10  # the first steps' allocations and warm-up left out of the medians
     gaps = [b - a for a, b in zip(marks["time"][warm:], marks["time"][warm + 1 :], strict=False)]
-    faults = [b - a for a, b in zip(marks["faults"][warm:], marks["faults"][warm + 1 :],
-                                    strict=False)]  # fmt: skip
+    faults = [
+        b - a for a, b in zip(marks["faults"][warm:], marks["faults"][warm + 1 :], strict=False)
+    ]
     counted = len(marks["time"]) or 1
     # averaged over the run's steps, warm-up included (model: forward also holds the final
     # validation's forwards); the step itself is the median after warm-up
@@ -132,8 +133,10 @@ def main() -> None:
     parser.add_argument("--untuned", action="store_true")
     args = parser.parse_args()
     table = measure(args.steps, args.log_every, args.untuned)
-    print(f"\n{'allocator untuned' if args.untuned else 'allocator tuned'}, "
-          f"log_every_n_steps={args.log_every}:")  # fmt: skip
+    print(
+        f"\n{'allocator untuned' if args.untuned else 'allocator tuned'}, "
+        f"log_every_n_steps={args.log_every}:"
+    )
     for label, value in table.items():
         print(f"  {label:45s} {value:10.2f}")
 

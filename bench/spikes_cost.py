@@ -61,10 +61,13 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "spikes_cost.json").write_text(json.dumps(result, indent=2))
     for arm, rows in result["runs"].items():
-        print(arm, [(r["wall_s"], round(r["peak_memory_mb"]), round(r["val_accuracy"], 4))
-                    for r in rows])  # fmt: skip
-    print(f"time with / without {result['time_ratio']:.3f}, "
-          f"peak memory {result['memory_ratio']:.3f}")  # fmt: skip
+        print(
+            arm,
+            [(r["wall_s"], round(r["peak_memory_mb"]), round(r["val_accuracy"], 4)) for r in rows],
+        )
+    print(
+        f"time with / without {result['time_ratio']:.3f}, peak memory {result['memory_ratio']:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -458,12 +458,16 @@ def where_the_job_stands(
             lines.append(f"--- point {path.parent.name} summary unreadable: {error}")
             continue
         kept = ("status", "error", "interrupted", "resumes", "resumed_from", "slurm")
-        lines.append(f"--- point {path.parent.name}: " + json.dumps(
-            {key: record.get(key) for key in kept}, default=str))  # fmt: skip
+        lines.append(
+            f"--- point {path.parent.name}: "
+            + json.dumps({key: record.get(key) for key in kept}, default=str)
+        )
         rank_log = path.parent / "train_rank0.log"
         if rank_log.exists():
-            lines.append(f"--- point {path.parent.name} train_rank0.log: "
-                         + " | ".join(rank_log.read_text().splitlines()[-12:]))  # fmt: skip
+            lines.append(
+                f"--- point {path.parent.name} train_rank0.log: "
+                + " | ".join(rank_log.read_text().splitlines()[-12:])
+            )
     for path in sorted(sweep.glob(".submitit/*/*_log.*")):
         lines.append(f"--- {path.name}: " + " | ".join(path.read_text().splitlines()[-12:]))
     if login is not None and login.exists():

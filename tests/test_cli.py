@@ -145,9 +145,15 @@ def test_a_completed_runs_record_is_never_rewritten_except_by_an_extension(
 
 @pytest.mark.parametrize(
     "tool",
-    ["experiments.train", "experiments.evaluate", "experiments.export", "experiments.gan.sample",
-     "experiments.status", "experiments.report"],
-)  # fmt: skip
+    [
+        "experiments.train",
+        "experiments.evaluate",
+        "experiments.export",
+        "experiments.gan.sample",
+        "experiments.status",
+        "experiments.report",
+    ],
+)
 def test_a_bare_call_of_every_tool_prints_its_usage_and_exits_2(
     tool: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

@@ -88,8 +88,9 @@ def test_mmgen_cuda_ddp_wrapper_forwards_with_the_fix_rehearsed_on_cpu(
         wrapper = DistributedDataParallelWrapper.__new__(DistributedDataParallelWrapper)
         torch.nn.Module.__init__(wrapper)
         wrapper.module, wrapper.dim = model, 0
-        wrapper.to_ddp(device_ids=None, dim=0, broadcast_buffers=False,
-                       find_unused_parameters=False)  # fmt: skip
+        wrapper.to_ddp(
+            device_ids=None, dim=0, broadcast_buffers=False, find_unused_parameters=False
+        )
         assert isinstance(model.generator, unfixed_mmcv)
         return model
 
@@ -210,9 +211,16 @@ def test_classify_amp_branch_rehearsed_on_cpu(tmp_path, monkeypatch):
         lambda *a, **k: torch.amp.GradScaler("cpu", init_scale=INITIAL_SCALE),
     )
     run_dir = tmp_path / "run"
-    base = ["trainer=classify", "trainer.lr_scheduler=step", "data=synthetic",
-            "data.train_size=16", "data.val_size=8", "model.time_steps=2",
-            "trainer.batch_size=8", "logger=none"]  # fmt: skip
+    base = [
+        "trainer=classify",
+        "trainer.lr_scheduler=step",
+        "data=synthetic",
+        "data.train_size=16",
+        "data.val_size=8",
+        "model.time_steps=2",
+        "trainer.batch_size=8",
+        "logger=none",
+    ]
 
     def train(epochs: int) -> dict:
         plan = plan_for([*base, f"trainer.epochs={epochs}"], run_dir=str(run_dir))

@@ -238,33 +238,85 @@ def broken(module_tmp: Callable[[str], Path], dataset_files: DatasetFiles) -> di
 
 GESTURE = ["data=dvs128_gesture", "model.time_steps=4"]
 REFUSALS = [  # (id, overrides, root, the line after "error: invalid config: ")
-    ("cifar10 root missing", ["data=cifar10"], "missing",
-     "data.root='{root}': no such folder; expected {root}/cifar-10-batches-py/{{data_batch_1,data_batch_2,data_batch_3,data_batch_4,data_batch_5,test_batch,batches.meta}} (torchvision's CIFAR10 format)"),
-    ("cifar10 wrong layout", ["data=cifar10"], "other",
-     "data.root='{root}': no cifar-10-batches-py/ in it (found: cifar-10-python); expected {root}/cifar-10-batches-py/"),
-    ("cifar10 file missing", ["data=cifar10"], "cifar_damaged",
-     "data.root='{root}': cifar-10-batches-py/test_batch missing; expected {root}/cifar-10-batches-py/"),
-    ("cifar10 md5", ["data=cifar10"], "cifar10",
-     "data.root='{root}': cifar-10-batches-py/data_batch_1 fails torchvision's md5 check; expected"),
-    ("event root missing", GESTURE, "missing",
-     "data.root='{root}': no such folder; expected {root}/events_np/{{train,test}}/<class>/*.npz (11 classes)"),
-    ("no events_np, no archives, no download", GESTURE, "no_events",
-     "data.root='{root}': no events_np/ and {root}/download/ lacks DvsGesture.tar.gz (4 of 4 archives missing): SpikingJelly cannot download it: fetch DvsGesture.tar.gz from https://"),
-    ("no events_np, would download", ["data=cifar10_dvs", "model.time_steps=4"], "no_events",
-     "data.root='{root}': no events_np/ and {root}/download/ lacks airplane.zip (10 of 10 archives missing): SpikingJelly would download it from https://ndownloader.figshare.com/files/7712788 (a node without internet hangs); put the archives there, or set data.download=true"),
-    ("root is events_np itself", GESTURE, "events_np_itself",
-     "data.root='{root}': no events_np/ and {root}/download/ lacks DvsGesture.tar.gz … ({root} looks like an events_np/ folder: set data.root to the folder that holds it)"),
-    ("half-built events_np", GESTURE, "events_building",
-     "data.root='{root}': half-built events_np/ (events_np.building is left from an interrupted preparation): remove {root}/events_np and {root}/events_np.building"),
-    ("half-built frame cache", GESTURE, "frames_building",
-     "data.root='{root}': half-built frame cache (frames_number_4_split_by_number.building is left from an interrupted integration): remove {root}/frames_number_4_split_by_number and"),
-    ("partial frame cache", GESTURE, "partial",
-     "data.root='{root}': partial frame cache: {root}/frames_number_4_split_by_number/train holds 1 frame files for the 11 event files of {root}/events_np; remove"),
-    ("a class folder missing", GESTURE, "ten_classes",
-     "data.root='{root}': {root}/events_np/train has 10 class folders, not 11; expected {root}/events_np/{{train,test}}/<class>/*.npz (11 classes)"),
-    ("a split that leaves no validation", ["data=cifar10_dvs", "model.time_steps=4"], "dvs_split",
-     "data.train_ratio=0.9: leaves 20 training and 0 validation samples (the smallest class of {root}/events_np has 2: ceil(ratio x n) of each class train); e.g. 0.5"),
-]  # fmt: skip
+    (
+        "cifar10 root missing",
+        ["data=cifar10"],
+        "missing",
+        "data.root='{root}': no such folder; expected {root}/cifar-10-batches-py/{{data_batch_1,data_batch_2,data_batch_3,data_batch_4,data_batch_5,test_batch,batches.meta}} (torchvision's CIFAR10 format)",
+    ),
+    (
+        "cifar10 wrong layout",
+        ["data=cifar10"],
+        "other",
+        "data.root='{root}': no cifar-10-batches-py/ in it (found: cifar-10-python); expected {root}/cifar-10-batches-py/",
+    ),
+    (
+        "cifar10 file missing",
+        ["data=cifar10"],
+        "cifar_damaged",
+        "data.root='{root}': cifar-10-batches-py/test_batch missing; expected {root}/cifar-10-batches-py/",
+    ),
+    (
+        "cifar10 md5",
+        ["data=cifar10"],
+        "cifar10",
+        "data.root='{root}': cifar-10-batches-py/data_batch_1 fails torchvision's md5 check; expected",
+    ),
+    (
+        "event root missing",
+        GESTURE,
+        "missing",
+        "data.root='{root}': no such folder; expected {root}/events_np/{{train,test}}/<class>/*.npz (11 classes)",
+    ),
+    (
+        "no events_np, no archives, no download",
+        GESTURE,
+        "no_events",
+        "data.root='{root}': no events_np/ and {root}/download/ lacks DvsGesture.tar.gz (4 of 4 archives missing): SpikingJelly cannot download it: fetch DvsGesture.tar.gz from https://",
+    ),
+    (
+        "no events_np, would download",
+        ["data=cifar10_dvs", "model.time_steps=4"],
+        "no_events",
+        "data.root='{root}': no events_np/ and {root}/download/ lacks airplane.zip (10 of 10 archives missing): SpikingJelly would download it from https://ndownloader.figshare.com/files/7712788 (a node without internet hangs); put the archives there, or set data.download=true",
+    ),
+    (
+        "root is events_np itself",
+        GESTURE,
+        "events_np_itself",
+        "data.root='{root}': no events_np/ and {root}/download/ lacks DvsGesture.tar.gz … ({root} looks like an events_np/ folder: set data.root to the folder that holds it)",
+    ),
+    (
+        "half-built events_np",
+        GESTURE,
+        "events_building",
+        "data.root='{root}': half-built events_np/ (events_np.building is left from an interrupted preparation): remove {root}/events_np and {root}/events_np.building",
+    ),
+    (
+        "half-built frame cache",
+        GESTURE,
+        "frames_building",
+        "data.root='{root}': half-built frame cache (frames_number_4_split_by_number.building is left from an interrupted integration): remove {root}/frames_number_4_split_by_number and",
+    ),
+    (
+        "partial frame cache",
+        GESTURE,
+        "partial",
+        "data.root='{root}': partial frame cache: {root}/frames_number_4_split_by_number/train holds 1 frame files for the 11 event files of {root}/events_np; remove",
+    ),
+    (
+        "a class folder missing",
+        GESTURE,
+        "ten_classes",
+        "data.root='{root}': {root}/events_np/train has 10 class folders, not 11; expected {root}/events_np/{{train,test}}/<class>/*.npz (11 classes)",
+    ),
+    (
+        "a split that leaves no validation",
+        ["data=cifar10_dvs", "model.time_steps=4"],
+        "dvs_split",
+        "data.train_ratio=0.9: leaves 20 training and 0 validation samples (the smallest class of {root}/events_np has 2: ceil(ratio x n) of each class train); e.g. 0.5",
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -315,25 +367,49 @@ def _reads(line: str, expected: str) -> bool:
 
 
 OPTION_REFUSALS = [  # (the data node's values, the refusal's start)
-    ({"augment": {"crops": "x"}}, "data.augment.crops='x': not a key of data.augment; did you mean data.augment.crop?"),
-    ({"augment": {"crop": "center"}}, "data.augment.crop='center': one of random_crop, random_resized_crop, resize"),
-    ({"augment": {"scale": [1.0, 0.5]}}, "data.augment.scale=[1.0, 0.5]: [low, high] with 0 < low <= high"),
+    (
+        {"augment": {"crops": "x"}},
+        "data.augment.crops='x': not a key of data.augment; did you mean data.augment.crop?",
+    ),
+    (
+        {"augment": {"crop": "center"}},
+        "data.augment.crop='center': one of random_crop, random_resized_crop, resize",
+    ),
+    (
+        {"augment": {"scale": [1.0, 0.5]}},
+        "data.augment.scale=[1.0, 0.5]: [low, high] with 0 < low <= high",
+    ),
     ({"augment": {"hflip": 2}}, "data.augment.hflip=2: a probability from 0 to 1"),
     ({"augment": {"re_mode": "zeros"}}, "data.augment.re_mode='zeros': one of const, rand, pixel"),
-    ({"augment": {"auto_augment": "autoaug"}}, "data.augment.auto_augment='autoaug': null, ta_wide (torchvision's TrivialAugmentWide) or a timm string"),
-    ({"augment": {"auto_augment": "rand-x9"}}, "data.augment.auto_augment='rand-x9': timm refuses it (AssertionError"),
-    ({"augment": {"auto_augment": "original", "auto_augment_ops": ["Rotate"]}}, "data.augment.auto_augment_ops=['Rotate']: null: an op list is RandAugment's"),
-    ({"augment": {"auto_augment": "rand-m9", "auto_augment_ops": ["Rotate", "Blur"]}}, "data.augment.auto_augment_ops=['Rotate', 'Blur']: a list of timm's op names"),
+    (
+        {"augment": {"auto_augment": "autoaug"}},
+        "data.augment.auto_augment='autoaug': null, ta_wide (torchvision's TrivialAugmentWide) or a timm string",
+    ),
+    (
+        {"augment": {"auto_augment": "rand-x9"}},
+        "data.augment.auto_augment='rand-x9': timm refuses it (AssertionError",
+    ),
+    (
+        {"augment": {"auto_augment": "original", "auto_augment_ops": ["Rotate"]}},
+        "data.augment.auto_augment_ops=['Rotate']: null: an op list is RandAugment's",
+    ),
+    (
+        {"augment": {"auto_augment": "rand-m9", "auto_augment_ops": ["Rotate", "Blur"]}},
+        "data.augment.auto_augment_ops=['Rotate', 'Blur']: a list of timm's op names",
+    ),
     ({"augment": {"mean": [0.5, 0.5]}}, "data.augment.mean=[0.5, 0.5]: three numbers"),
     ({"augment": {"crop_pct": 0}}, "data.augment.crop_pct=0: a fraction in (0, 1]"),
-]  # fmt: skip
+]
 EVENT_OPTION_REFUSALS = [
     ({"split_by": "frames"}, "data.split_by='frames': one of number, time"),
     ({"frames_number": 0}, "data.frames_number=0: an integer >= 1"),
     ({"train_ratio": 1.0}, "data.train_ratio=1.0: a fraction between 0 and 1"),
     ({"augment": {"policy": "trivial"}}, "data.augment.policy='trivial': null or snn_augment_wide"),
-    ({"augment": {"flip": 0.5}}, "data.augment.flip=0.5: not a key of data.augment; did you mean data.augment.hflip?"),
-]  # fmt: skip
+    (
+        {"augment": {"flip": 0.5}},
+        "data.augment.flip=0.5: not a key of data.augment; did you mean data.augment.hflip?",
+    ),
+]
 
 
 OPTION_CASES = [

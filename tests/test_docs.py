@@ -252,9 +252,7 @@ def test_the_pages_show_commands() -> None:
 
 
 @pytest.mark.slow  # ~0.3 s of composing and planning a command, ~85 commands
-@pytest.mark.parametrize(
-    "command", [pytest.param(c, id=c.id, marks=_marks(c)) for c in UNIQUE]
-)  # fmt: skip
+@pytest.mark.parametrize("command", [pytest.param(c, id=c.id, marks=_marks(c)) for c in UNIQUE])
 def test_each_command_plans_or_is_refused_as_the_page_says(
     command: Command, workspace: Path, stand_ins: Path
 ) -> None:

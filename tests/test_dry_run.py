@@ -49,10 +49,15 @@ def test_run_path_refuses_to_train_when_dry_run_reaches_it(tmp_path: Path) -> No
     must refuse a dry run: exit 2, nothing trained or recorded."""
     run_dir = tmp_path / "run"
     result = run_cli(
-        ["dry_run=true", "data=synthetic", "trainer.max_steps=1", "~hydra.callbacks.experiments",
-         f"hydra.run.dir={run_dir}"],
+        [
+            "dry_run=true",
+            "data=synthetic",
+            "trainer.max_steps=1",
+            "~hydra.callbacks.experiments",
+            f"hydra.run.dir={run_dir}",
+        ],
         cwd=tmp_path,
-    )  # fmt: skip
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     assert "dry_run is set" in result.stderr and "nothing was trained" in result.stderr
     assert not (run_dir / "summary.json").exists()
@@ -105,7 +110,7 @@ def test_search_dry_run_with_an_interval_shows_the_base_plan_and_trains_nothing(
         ],
         cwd=tmp_path,
     )
-    assert result.returncode == 0, result.stderr[-2000:]  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
     plan = json.loads(result.stdout[result.stdout.index("{") :])
     assert plan["run_dir"].endswith("/0")
     assert _written(tmp_path) == []
@@ -245,13 +250,21 @@ def test_a_slurm_script_imports_its_code_snapshot_unless_snapshot_is_off(tmp_pat
 @pytest.mark.parametrize(
     ("launcher", "family", "asks", "warned"),
     [
-        ({"nodes": 1, "tasks_per_node": 1}, "snn",
-         "1 node(s) x 1 task(s), no GPU (launcher.gpus_per_node=0)", True),
-        ({"nodes": 2, "tasks_per_node": 4, "gpus_per_node": 4}, "snn",
-         "2 node(s) x 4 task(s), 1 GPU per task (launcher.gpus_per_node=4)", False),
+        (
+            {"nodes": 1, "tasks_per_node": 1},
+            "snn",
+            "1 node(s) x 1 task(s), no GPU (launcher.gpus_per_node=0)",
+            True,
+        ),
+        (
+            {"nodes": 2, "tasks_per_node": 4, "gpus_per_node": 4},
+            "snn",
+            "2 node(s) x 4 task(s), 1 GPU per task (launcher.gpus_per_node=4)",
+            False,
+        ),
         ({"nodes": 1, "tasks_per_node": 1}, "gan", "no GPU (launcher.gpus_per_node=0)", False),
     ],
-)  # fmt: skip
+)
 def test_a_slurm_plan_states_the_gpus_per_task_and_warns_an_snn_without_gpus(
     launcher: dict, family: str, asks: str, warned: bool
 ) -> None:

@@ -238,8 +238,10 @@ def _as_retired_cpu_engine_run(run_dir: Path, copy: Path) -> None:
         library = run_dir / "checkpoints" / f"step_{step:08d}"
         folder = copy / "checkpoints" / library.name
         folder.mkdir(parents=True)
-        torch.save({"model": read_shard(library / "pp_0000_tp_0000")["model"]},
-                   folder / "pp_0000_tp_0000.pt")  # fmt: skip
+        torch.save(
+            {"model": read_shard(library / "pp_0000_tp_0000")["model"]},
+            folder / "pp_0000_tp_0000.pt",
+        )
         recipe = json.loads((library / "config.json").read_text())
         meta = {"step": step, "recipe": recipe, "mesh": {"shape": [1, 1, 1]}}
         (folder / "meta.json").write_text(json.dumps(meta))

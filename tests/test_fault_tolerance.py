@@ -306,8 +306,9 @@ def test_checkpoints_load_without_unpickling_arbitrary_objects(tmp_path: Path) -
         with pytest.raises((pickle.UnpicklingError, AssertionError)) as refused:
             read_shard(evil / "pp_0000_tp_0000")
         assert said in f"{type(refused.value).__name__}: {refused.value}"
-        result = run_cli([*BASE, f"resume={evil}", f"hydra.run.dir={tmp_path / evil.name}-run"],
-                         cwd=tmp_path)  # fmt: skip
+        result = run_cli(
+            [*BASE, f"resume={evil}", f"hydra.run.dir={tmp_path / evil.name}-run"], cwd=tmp_path
+        )
         assert result.returncode == 1, result.stderr[-2000:]
         assert "no checkpoint can be loaded" in result.stderr and said in result.stderr
     assert not marker.exists()

@@ -165,10 +165,16 @@ def test_fsdp2_tp_and_pp_are_rejected_for_gans(topology: str) -> None:
 
 def test_slurm_dry_run_plans_the_gan_as_a_one_point_sweep(tmp_path: Path) -> None:
     result = run_cli_in_process(
-        ["model=dcgan", "topology=ddp", "launcher=slurm", "launcher.tasks_per_node=2",
-         "dry_run=json", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        [
+            "model=dcgan",
+            "topology=ddp",
+            "launcher=slurm",
+            "launcher.tasks_per_node=2",
+            "dry_run=json",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
         cwd=tmp_path,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     plan = json.loads(result.stdout)
     assert (plan["engine"], plan["world_size"], plan["launcher"]) == ("mmgen", 2, "slurm")
@@ -492,9 +498,14 @@ def test_rerun_after_a_kill_resumes_from_the_newest_readable_checkpoint(tmp_path
         "model.eval_images=0",  # no quality metric is read here
         f"hydra.run.dir={run_dir}",
     ]
-    proc = subprocess.Popen([CLI, *args], cwd=tmp_path, start_new_session=True,
-                            env={**os.environ, **THREADS},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [CLI, *args],
+        cwd=tmp_path,
+        start_new_session=True,
+        env={**os.environ, **THREADS},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.time() + 240
         while not (_checkpoints(run_dir) / "iter_4.pth").exists():

@@ -172,13 +172,19 @@ def test_static_ddp_ranks_killed_mid_checkpoint_restart_in_step_from_the_newest_
     here, and test_gan.py's two-rank run.)"""
     run_dir, reads = tmp_path / "run", tmp_path / "reads"
     result = _run(
-        [*TINY, "model.iters=6", "model.ddp=static", *TWO_RANKS, "launcher.max_restarts=1",
-         "launcher.monitor_interval=1"],
+        [
+            *TINY,
+            "model.iters=6",
+            "model.ddp=static",
+            *TWO_RANKS,
+            "launcher.max_restarts=1",
+            "launcher.monitor_interval=1",
+        ],
         run_dir,
         env=_with_site(
             EXPERIMENTS_TEST_KILL_DURING_GAN_SAVE="4", EXPERIMENTS_TEST_RECORD_READS=str(reads)
         ),
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     # The ranks read different batches (both torchrun rounds; the restarted round's sampler
     # deals the same shares again): no image was read by both ranks. replica_max_diff == 0
@@ -312,8 +318,13 @@ def test_slurm_requeue_resumes_a_two_task_gan_job_at_the_stopped_iteration(
     run_dir = sweep / "0"
     login = tmp_path / "login.log"
     with open(login, "w") as output:  # a file: an unread pipe would fill up and block
-        proc = processes.spawn([CLI, *args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path,
-                               env=cli_env(), stdout=output, stderr=output)  # fmt: skip
+        proc = processes.spawn(
+            [CLI, *args, f"hydra.sweep.dir={sweep}"],
+            cwd=tmp_path,
+            env=cli_env(),
+            stdout=output,
+            stderr=output,
+        )
     deadline = time.time() + 300
     while not ((run_dir / "metrics.jsonl").exists() and len(_steps(run_dir)) >= 2):
         assert time.time() < deadline and proc.poll() is None, login.read_text()[-3000:]

@@ -141,8 +141,13 @@ def test_biggan_composes_mmgens_conditional_ema_recipe_at_cpu_size() -> None:
     assert "VisualizeUnconditionalSamples" not in hooks
     # All of it in the dry run's library config.
     text = plan.as_text()
-    for shown in ("type='LabelledImageFolder'", "arch_cfg=dict(", "momentum=0.95",
-                  "type='VisualizeClassRows'", "disc_steps=1"):  # fmt: skip
+    for shown in (
+        "type='LabelledImageFolder'",
+        "arch_cfg=dict(",
+        "momentum=0.95",
+        "type='VisualizeClassRows'",
+        "disc_steps=1",
+    ):
         assert shown in text, shown
     assert plan.parameters["generator"] > 0  # generator_ema is not counted twice
 

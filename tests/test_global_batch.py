@@ -95,8 +95,7 @@ def test_accumulated_gradients_are_the_whole_batchs(batch: int) -> None:
 
     images, targets = torch.randn(batch, 3, 8, 8), torch.arange(batch) % 10
     reference = _net()
-    whole = _library_step(_forward_classification, _classification_loss, reference, images,
-                          targets)  # fmt: skip
+    whole = _library_step(_forward_classification, _classification_loss, reference, images, targets)
     expected = [p.grad.clone() for p in reference.parameters()]
 
     accumulated = _net()
@@ -104,8 +103,9 @@ def test_accumulated_gradients_are_the_whole_batchs(batch: int) -> None:
     accumulated[0].register_forward_pre_hook(lambda _, args: seen.append(args[0].shape[1]))
     accumulation = Accumulation(4)
     forward = accumulation.forward(_forward_classification, _classification_loss)
-    loss = _library_step(forward, accumulation.loss(_classification_loss), accumulated, images,
-                         targets)  # fmt: skip
+    loss = _library_step(
+        forward, accumulation.loss(_classification_loss), accumulated, images, targets
+    )
     assert max(seen) == 2 and sum(seen) == batch, seen  # [T, N, ...]: N per forward
     assert loss.item() == pytest.approx(whole.item(), rel=1e-6)
     for got, want in zip((p.grad for p in accumulated.parameters()), expected, strict=True):

@@ -337,8 +337,11 @@ def test_a_resumed_run_keeps_its_csv_rows_up_to_the_checkpoint(tmp_path: Path) -
     resumed.log({"train/loss": 40.0}, 4)
     rows = csv_rows(tmp_path)
     assert [(r["step"], r["train/loss"]) for r in rows] == [
-        ("1", "1.0"), ("2", "2.0"), ("3", "3.0"), ("4", "40.0")
-    ]  # fmt: skip
+        ("1", "1.0"),
+        ("2", "2.0"),
+        ("3", "3.0"),
+        ("4", "40.0"),
+    ]
     assert "epoch/val_accuracy" in rows[0]
 
 

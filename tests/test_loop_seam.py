@@ -87,8 +87,9 @@ def test_the_version_the_seam_reads_is_the_one_pinned_and_installed() -> None:
 def test_a_loop_of_another_shape_is_reported_by_name(monkeypatch) -> None:
     """The check itself: a loop whose step hook would miss a local is named."""
     monkeypatch.setattr(seam, "STEP_LOCALS", (*seam.STEP_LOCALS, "global_steps"))
-    assert shape_problems() == ["train_classification has no local 'global_steps' (read by "
-                                "the seam's hooks)"]  # fmt: skip
+    assert shape_problems() == [
+        "train_classification has no local 'global_steps' (read by the seam's hooks)"
+    ]
 
 
 def test_the_librarys_one_rank_checkpoint_saves_run_uncoordinated(monkeypatch) -> None:
@@ -112,8 +113,10 @@ def test_the_librarys_one_rank_checkpoint_saves_run_uncoordinated(monkeypatch) -
             dcp.async_save({}, checkpoint_id="y")
     finally:
         dist.destroy_process_group()
-    assert asked == [{"checkpoint_id": "x", "process_group": one, "no_dist": True},
-                     {"checkpoint_id": "y"}]  # fmt: skip
+    assert asked == [
+        {"checkpoint_id": "x", "process_group": one, "no_dist": True},
+        {"checkpoint_id": "y"},
+    ]
 
 
 def test_a_cpu_rank_keeps_the_memory_a_step_frees() -> None:

@@ -95,8 +95,15 @@ def test_the_main_job_writes_the_run_directory_contract(main_job: MainJob) -> No
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     assert [m["epoch"] for m in metrics] == [1, 2, 3, 4]
     for record in metrics:
-        assert {"step", "epoch", "train_loss", "val_loss", "val_accuracy", "images_per_second",
-                "peak_memory_mb"} <= set(record)  # fmt: skip
+        assert {
+            "step",
+            "epoch",
+            "train_loss",
+            "val_loss",
+            "val_accuracy",
+            "images_per_second",
+            "peak_memory_mb",
+        } <= set(record)
     assert metrics[-1]["train_loss"] < metrics[0]["train_loss"]  # it learns
 
     assert summary["status"] == "completed"

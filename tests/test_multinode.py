@@ -294,10 +294,9 @@ def test_an_fsdp2_tp_job_back_on_one_node_continues_at_its_global_batch(
     (run_dir / "summary.json").write_text(json.dumps(record))
     one_node = [a for a in FSDP2_TP_TWO_NODES if not a.startswith("launcher.nodes=")]
     result = run_cli(
-        [*one_node, "launcher.nodes=1", "trainer.global_batch_size=16",
-         f"hydra.sweep.dir={sweep}"],
+        [*one_node, "launcher.nodes=1", "trainer.global_batch_size=16", f"hydra.sweep.dir={sweep}"],
         cwd=tmp_path,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     continued = summary(run_dir)
     assert continued["status"] == "completed" and continued["resumes"] == 1

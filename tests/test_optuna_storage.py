@@ -96,8 +96,14 @@ OLD_TRIALS = {
     3: (TrialState.FAIL, None, {}),
     4: (TrialState.COMPLETE, 0.625, {1: 0.3125, 2: 0.625}),
 }
-OLD_LRS = [0.0005835496346821347, 0.03079180048983015, 0.0056352210429878305,
-           0.13849507661133068, 0.13179630432958683, 0.6376587480497298]  # fmt: skip
+OLD_LRS = [
+    0.0005835496346821347,
+    0.03079180048983015,
+    0.0056352210429878305,
+    0.13849507661133068,
+    0.13179630432958683,
+    0.6376587480497298,
+]
 
 
 def _digest(path: Path) -> str:
@@ -247,16 +253,29 @@ def test_the_login_reports_a_failing_storage_in_one_line(
 
 # Arguments a sampler's config leaves out, and why (every other one is stated).
 LEFT_OUT = {
-    "tpe": {"consider_prior", "prior_weight", "consider_magic_clip", "consider_endpoints",
-            "gamma", "weights", "warn_independent_sampling", "constraints_func"},  # deprecated
+    "tpe": {
+        "consider_prior",
+        "prior_weight",
+        "consider_magic_clip",
+        "consider_endpoints",
+        "gamma",
+        "weights",
+        "warn_independent_sampling",
+        "constraints_func",
+    },  # deprecated
     "grid": {"search_space"},  # the search's params
-    "cmaes": {"x0", "sigma0", "restart_strategy", "inc_popsize",  # deprecated
-              "source_trials"},  # trials of another study
+    "cmaes": {
+        "x0",
+        "sigma0",
+        "restart_strategy",
+        "inc_popsize",  # deprecated
+        "source_trials",
+    },  # trials of another study
     "nsgaii": {"constraints_func"},  # deprecated
     "nsgaiii": {"constraints_func"},  # deprecated
     "gp": {"constraints_func"},  # deprecated
     "random": set(),
-}  # fmt: skip
+}
 
 
 def test_each_sampler_option_states_every_argument_at_the_installed_default() -> None:

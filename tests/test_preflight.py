@@ -77,8 +77,9 @@ def test_doctor_passes_the_main_job_and_names_a_pinned_kernel_it_cannot_have(
     assert lines[0].split() == ["check", "result"]
     assert [line.split()[0] for line in lines[1:]] == ["neuron", "free"]
     assert all(" ok: " in line for line in lines[1:]), ok.stdout
-    refused = run_cli_in_process([*MAIN, "model.neuron_implementation=triton", "dry_run=doctor"],
-                                 cwd=tmp_path)  # fmt: skip
+    refused = run_cli_in_process(
+        [*MAIN, "model.neuron_implementation=triton", "dry_run=doctor"], cwd=tmp_path
+    )
     assert refused.returncode == 2 and "neuron_implementation='triton'" in refused.stderr
     assert not list(tmp_path.glob("outputs"))
 
@@ -134,10 +135,15 @@ def test_each_node_side_check_fails_its_slurm_task_in_seconds(
     sweep = tmp_path / "sweep"
     folder = ["data=imagefolder", "data.num_classes=10", "data.image_size=32"]
     login = run_cli(
-        ["-m", *SLURM, *folder, f"data.root={data},{imagefolder_session}",
-         f"hydra.sweep.dir={sweep}"],
+        [
+            "-m",
+            *SLURM,
+            *folder,
+            f"data.root={data},{imagefolder_session}",
+            f"hydra.sweep.dir={sweep}",
+        ],
         cwd=tmp_path,
-    )  # fmt: skip
+    )
     assert login.returncode == 0, login.stderr[-3000:]
     small_disk("500m")  # the login's 384 MB fit; once 300 MB are taken, they do not
     full = small_disk.path / "sweep"

@@ -268,12 +268,17 @@ def trained(dataset_files, imagefolder_session: Path, module_tmp) -> dict[str, A
         names.append(_cpu_preset(work / "conf", preset, roots[option], CPU_CHANGES[option]))
     started = time.perf_counter()
     result = run_cli(
-        ["-m", f"--config-dir={work / 'conf'}", "experiment=" + ",".join(names), *CPU_RUN,
-         f"hydra.sweep.dir={work / 'sweep'}"],
+        [
+            "-m",
+            f"--config-dir={work / 'conf'}",
+            "experiment=" + ",".join(names),
+            *CPU_RUN,
+            f"hydra.sweep.dir={work / 'sweep'}",
+        ],
         cwd=work,
         env=dataset_files.cifar_env(),
         timeout=480,
-    )  # fmt: skip
+    )
     seconds = time.perf_counter() - started
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     points = {}

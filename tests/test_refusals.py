@@ -14,15 +14,36 @@ import pytest
 from .conftest import run_cli_in_process
 
 CASES = [
-    (["+trainer.epoch=3"], "trainer.epoch=3: not a key of trainer=default; did you mean trainer.epochs?"),
+    (
+        ["+trainer.epoch=3"],
+        "trainer.epoch=3: not a key of trainer=default; did you mean trainer.epochs?",
+    ),
     (["+seeed=3"], "seeed=3: not a key of the run config; did you mean seed?"),
-    (["+topology.tensor_parallel=2"], "topology.tensor_parallel=2: not a key of topology=single; did you mean topology.tensor_parallel_size?"),
+    (
+        ["+topology.tensor_parallel=2"],
+        "topology.tensor_parallel=2: not a key of topology=single; did you mean topology.tensor_parallel_size?",
+    ),
     (["+launcher.nodes=2"], "launcher.nodes=2: not a key of launcher=local"),
     (["+optimizer.momentum=0.9"], "optimizer.momentum=0.9: not an argument of AdamW"),
-    (["optimizer=sgd", "+optimizer.nesterv=true"], "optimizer.nesterv=true: not an argument of SGD; did you mean optimizer.nesterov?"),
-    (["trainer.scheduler=torch.optim.lr_scheduler.CosineAnnealingLR"], "trainer.scheduler_kwargs.T_max=null: required by CosineAnnealingLR"),
-    (["trainer.scheduler=torch.optim.lr_scheduler.StepLR", "+trainer.scheduler_kwargs.step_sze=3"], "trainer.scheduler_kwargs.step_sze=3: not an argument of StepLR; did you mean trainer.scheduler_kwargs.step_size?"),
-    (["+trainer.scheduler_kwargs.gamma=0.5"], "trainer.scheduler_kwargs={'gamma': 0.5}: {} without trainer.scheduler"),
+    (
+        ["optimizer=sgd", "+optimizer.nesterv=true"],
+        "optimizer.nesterv=true: not an argument of SGD; did you mean optimizer.nesterov?",
+    ),
+    (
+        ["trainer.scheduler=torch.optim.lr_scheduler.CosineAnnealingLR"],
+        "trainer.scheduler_kwargs.T_max=null: required by CosineAnnealingLR",
+    ),
+    (
+        [
+            "trainer.scheduler=torch.optim.lr_scheduler.StepLR",
+            "+trainer.scheduler_kwargs.step_sze=3",
+        ],
+        "trainer.scheduler_kwargs.step_sze=3: not an argument of StepLR; did you mean trainer.scheduler_kwargs.step_size?",
+    ),
+    (
+        ["+trainer.scheduler_kwargs.gamma=0.5"],
+        "trainer.scheduler_kwargs={'gamma': 0.5}: {} without trainer.scheduler",
+    ),
     (["model.time_steps=abc"], "model.time_steps='abc': an integer >= 1"),
     (["model.time_steps=0"], "model.time_steps=0: an integer >= 1"),
     (["model.tau=fast"], "model.tau='fast': a number"),
@@ -30,32 +51,68 @@ CASES = [
     (["model.num_classes=abc"], "model.num_classes='abc': an integer >= 1"),
     (["model=spikformer", "model.in_channels=rgb"], "model.in_channels='rgb': an integer >= 1"),
     (["+trainer.lr=0.1"], "trainer.lr=0.1: not a key of trainer=default"),
-    (["+trainer.precison=bf16"], "trainer.precison='bf16': not a key of trainer=default; did you mean trainer.precision?"),
+    (
+        ["+trainer.precison=bf16"],
+        "trainer.precison='bf16': not a key of trainer=default; did you mean trainer.precision?",
+    ),
     (["+launcher.nproc=2"], "launcher.nproc=2: not a key of launcher=local"),
-    (["launcher=torchrun", "+launcher.nproc_per_nod=2"], "launcher.nproc_per_nod=2: not a key of launcher=torchrun; did you mean launcher.nproc_per_node?"),
+    (
+        ["launcher=torchrun", "+launcher.nproc_per_nod=2"],
+        "launcher.nproc_per_nod=2: not a key of launcher=torchrun; did you mean launcher.nproc_per_node?",
+    ),
     (["launcher=slurm", "+launcher.gpus=2"], "launcher.gpus=2: not a key of launcher=slurm"),
-    (["+topology.microbatches=2"], "topology.microbatches=2: not a key of topology=single; did you mean topology.pipeline_microbatches?"),
+    (
+        ["+topology.microbatches=2"],
+        "topology.microbatches=2: not a key of topology=single; did you mean topology.pipeline_microbatches?",
+    ),
     (["+epochs=3"], "epochs=3: not a key of the run config"),
     (["+optimizer.betas=[0.9]", "optimizer=sgd"], "optimizer.betas=[0.9]: not an argument of SGD"),
-    (["+optimizer.momentom=0.9", "optimizer=sgd"], "optimizer.momentom=0.9: not an argument of SGD; did you mean optimizer.momentum?"),
-    (["trainer.scheduler=torch.optim.lr_scheduler.StepLR"], "trainer.scheduler_kwargs.step_size=null: required by StepLR"),
-    (["trainer.scheduler=torch.optim.lr_scheduler.OneCycleLR"], "trainer.scheduler_kwargs.max_lr=null: required by OneCycleLR"),
+    (
+        ["+optimizer.momentom=0.9", "optimizer=sgd"],
+        "optimizer.momentom=0.9: not an argument of SGD; did you mean optimizer.momentum?",
+    ),
+    (
+        ["trainer.scheduler=torch.optim.lr_scheduler.StepLR"],
+        "trainer.scheduler_kwargs.step_size=null: required by StepLR",
+    ),
+    (
+        ["trainer.scheduler=torch.optim.lr_scheduler.OneCycleLR"],
+        "trainer.scheduler_kwargs.max_lr=null: required by OneCycleLR",
+    ),
     # A key Hydra cannot compose (misspelt, or of the wrong type for its schema): our one line
     # instead of Hydra's six, which advised `+trainer.epoch=3` (refused above).
-    (["trainer.epoch=3"], "trainer.epoch=3: not a key of trainer=default; did you mean trainer.epochs?"),
-    (["optimizer.learning_rate=0.1"], "optimizer.learning_rate=0.1: not a key of optimizer=adamw; valid keys: optimizer.lr, optimizer.name, optimizer.weight_decay; or add an argument the option does not set: +optimizer.learning_rate=..."),
+    (
+        ["trainer.epoch=3"],
+        "trainer.epoch=3: not a key of trainer=default; did you mean trainer.epochs?",
+    ),
+    (
+        ["optimizer.learning_rate=0.1"],
+        "optimizer.learning_rate=0.1: not a key of optimizer=adamw; valid keys: optimizer.lr, optimizer.name, optimizer.weight_decay; or add an argument the option does not set: +optimizer.learning_rate=...",
+    ),
     (["modle=sew_resnet34"], "modle='sew_resnet34': not a config group; did you mean model?"),
     (["sed=3"], "sed=3: not a key of the run config; did you mean seed?"),
-    (["model=sew_resnt18"], "model='sew_resnt18': not an option of model; did you mean model=sew_resnet18?"),
+    (
+        ["model=sew_resnt18"],
+        "model='sew_resnt18': not an option of model; did you mean model=sew_resnet18?",
+    ),
     (["topology.tensor_parallel_size=two"], "topology.tensor_parallel_size='two': an integer"),
-    (["launcher=torchrun", "launcher.monitor_interval=soon"], "launcher.monitor_interval='soon': a number"),
-    (["logger=wandb", "logger.wandb.mode=live"], "logger.wandb.mode='live': one of offline, online, disabled"),
-    (["trainer.early_stopping.patience=some"], "trainer.early_stopping.patience='some': an integer, or null"),
+    (
+        ["launcher=torchrun", "launcher.monitor_interval=soon"],
+        "launcher.monitor_interval='soon': a number",
+    ),
+    (
+        ["logger=wandb", "logger.wandb.mode=live"],
+        "logger.wandb.mode='live': one of offline, online, disabled",
+    ),
+    (
+        ["trainer.early_stopping.patience=some"],
+        "trainer.early_stopping.patience='some': an integer, or null",
+    ),
     (["seed=abc"], "seed='abc': an integer"),
     (["preflight=maybe"], "preflight='maybe': true or false"),
     # Types hold for every family: a GAN's MMGen recipe never reads data.num_classes
     (["model=ggan", "data.num_classes=[1,2]"], "data.num_classes=[1, 2]: an integer"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.slow
@@ -149,10 +206,15 @@ def test_configs_of_the_users_own_are_typed_too(
 def test_adding_a_real_optional_argument_still_plans(tmp_path: Path) -> None:
     """The checks refuse what the class cannot take, not what our yaml does not list."""
     result = run_cli_in_process(
-        ["optimizer=sgd", "+optimizer.nesterov=true", "trainer.scheduler=torch.optim.lr_scheduler.StepLR",
-         "+trainer.scheduler_kwargs.step_size=3", "dry_run=json"],
+        [
+            "optimizer=sgd",
+            "+optimizer.nesterov=true",
+            "trainer.scheduler=torch.optim.lr_scheduler.StepLR",
+            "+trainer.scheduler_kwargs.step_size=3",
+            "dry_run=json",
+        ],
         cwd=tmp_path,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert '"nesterov": true' in result.stdout
 
@@ -178,21 +240,38 @@ def three_classes(module_tmp: Callable[[str], Path]) -> Path:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["data.num_classes=2", "data.val_fraction=0.2"], "data.num_classes=2: {train} has 3 class folders (a, b, c); set data.num_classes=3"),
-        (["data.num_classes=1000", "data.val_fraction=0.2"], "data.num_classes=1000: {train} has 3 class folders"),
-        ([], "data.root='{root}': no folder {root}/val; add val/<class>/ folders, or set data.val_fraction=0.1"),
+        (
+            ["data.num_classes=2", "data.val_fraction=0.2"],
+            "data.num_classes=2: {train} has 3 class folders (a, b, c); set data.num_classes=3",
+        ),
+        (
+            ["data.num_classes=1000", "data.val_fraction=0.2"],
+            "data.num_classes=1000: {train} has 3 class folders",
+        ),
+        (
+            [],
+            "data.root='{root}': no folder {root}/val; add val/<class>/ folders, or set data.val_fraction=0.1",
+        ),
         (["data.val_fraction=1.5"], "data.val_fraction=1.5: a fraction between 0 and 1"),
-        (["data.train_subdirectory=nope", "data.val_fraction=0.2"], "data.root='{root}': no folder {root}/nope"),
+        (
+            ["data.train_subdirectory=nope", "data.val_fraction=0.2"],
+            "data.root='{root}': no folder {root}/nope",
+        ),
     ],
-)  # fmt: skip
+)
 def test_image_folder_classes_and_split_are_checked(
     overrides: list[str], message: str, three_classes: Path, tmp_path: Path
 ) -> None:
     result = run_cli_in_process(
-        ["data=imagefolder", f"data.root={three_classes}", "data.image_size=16", *overrides,
-         f"hydra.run.dir={tmp_path / 'run'}"],
+        [
+            "data=imagefolder",
+            f"data.root={three_classes}",
+            "data.image_size=16",
+            *overrides,
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
         cwd=tmp_path,
-    )  # fmt: skip
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     expected = message.format(root=three_classes, train=three_classes / "train")
     assert result.stderr.strip().splitlines()[0].startswith(f"error: invalid config: {expected}")
@@ -207,9 +286,14 @@ def test_image_folder_class_count_is_read_and_val_fraction_splits_seeded(
     from .conftest import plan_for
 
     plan = plan_for(
-        ["data=imagefolder", f"data.root={three_classes}", "data.image_size=16",
-         "data.val_fraction=0.2", "seed=5"]
-    )  # fmt: skip
+        [
+            "data=imagefolder",
+            f"data.root={three_classes}",
+            "data.image_size=16",
+            "data.val_fraction=0.2",
+            "seed=5",
+        ]
+    )
     assert plan.model_config.num_classes == 3  # from the folders, not the default 1000
     kwargs = plan.training_config.dataset_kwargs
     assert (kwargs["val_fraction"], kwargs["val_split_seed"]) == (0.2, 5)

@@ -92,8 +92,13 @@ def test_seeds_are_grouped_as_replicates(seed_sweep) -> None:
         assert int(row["n_failed"]) == len(failed)
         assert row["failed_seeds"] == " ".join(override(r, "seed") for r in failed)
         # the spikes' figures too (SpikingJelly's monitor and op counter, each evaluation)
-        for metric in ("val_accuracy", "val_loss", "train_loss", "firing_rate",
-                       "energy_per_image_mj"):  # fmt: skip
+        for metric in (
+            "val_accuracy",
+            "val_loss",
+            "train_loss",
+            "firing_rate",
+            "energy_per_image_mj",
+        ):
             values = [r["metrics"][metric] for r in completed]
             assert float(row[f"{metric}_mean"]) == pytest.approx(statistics.fmean(values))
             assert float(row[f"{metric}_std"]) == pytest.approx(statistics.stdev(values))

@@ -635,8 +635,9 @@ def test_ctrl_c_at_a_blocking_slurm_sweep_leaves_its_job_running_and_says_so(
     # as the message says, once the job has ended (the login refuses a sweep whose jobs are
     # still in Slurm's queue: launchers/sweep.py)
     while time.time() < deadline:
-        state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True,
-                               text=True).stdout.strip()  # fmt: skip
+        state = subprocess.run(
+            ["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True
+        ).stdout.strip()
         if state not in ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING"):
             break
         time.sleep(0.3)

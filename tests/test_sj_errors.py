@@ -74,14 +74,20 @@ GPUS = ["launcher=slurm", "launcher.gpus_per_node=2", "launcher.tasks_per_node=2
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [
-        ([*ONE_GPU, "trainer.execution_mode=cuda_graph", "trainer.memopt_level=1"],
-         "trainer.execution_mode='cuda_graph': memopt_level=0 with a CUDA graph"),
-        ([*GPUS, "topology=pp", "trainer.precision=fp16"],
-         "trainer.precision='fp16': fp32 or bf16 under a pipeline"),
-        ([*GPUS, "topology=fsdp2", "trainer.precision=fp8"],
-         "trainer.precision='fp8': fp8 and explicit neuron precision with topology=ddp only"),
+        (
+            [*ONE_GPU, "trainer.execution_mode=cuda_graph", "trainer.memopt_level=1"],
+            "trainer.execution_mode='cuda_graph': memopt_level=0 with a CUDA graph",
+        ),
+        (
+            [*GPUS, "topology=pp", "trainer.precision=fp16"],
+            "trainer.precision='fp16': fp32 or bf16 under a pipeline",
+        ),
+        (
+            [*GPUS, "topology=fsdp2", "trainer.precision=fp8"],
+            "trainer.precision='fp8': fp8 and explicit neuron precision with topology=ddp only",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_broken_rule_is_one_line_naming_our_keys_before_launch(
     overrides: list[str], named: str
 ) -> None:

@@ -139,8 +139,13 @@ def test_requeue_mid_training_resumes_and_loses_no_step(slurm_cluster, tmp_path:
     sweep = tmp_path / "sweep"
     log = tmp_path / "login.log"
     with open(log, "w") as output:  # a file: an unread pipe would fill up and block
-        proc = processes.spawn([CLI, *args, f"hydra.sweep.dir={sweep}"], cwd=tmp_path,
-                               env=cli_env(), stdout=output, stderr=output)  # fmt: skip
+        proc = processes.spawn(
+            [CLI, *args, f"hydra.sweep.dir={sweep}"],
+            cwd=tmp_path,
+            env=cli_env(),
+            stdout=output,
+            stderr=output,
+        )
     steps = sweep / "0" / "steps.jsonl"
     deadline = time.time() + 240
     while not (steps.exists() and len(steps.read_text().splitlines()) >= 8):

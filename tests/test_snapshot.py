@@ -34,8 +34,9 @@ def test_a_dirty_checkout_is_copied_with_its_commit_and_diff(tmp_path: Path, mon
     copy = folder / "project"
     assert (copy / "src" / "mine" / "builders.py").read_text() == "SIZE = 2\n"  # as on disk
     assert not (copy / "notes.txt").exists()  # tracked files only
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True,
-                          text=True).stdout.strip()  # fmt: skip
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=project, capture_output=True, text=True
+    ).stdout.strip()
     assert record["git_commit"] == head and record["dirty"] is True
     assert "+SIZE = 2" in Path(record["project"]["diff"]).read_text()
     # the checkout's PYTHONPATH entry points into the copy; others stay where they are

@@ -356,9 +356,16 @@ def test_a_spikformer_is_measured_like_a_resnet() -> None:
     from experiments.snn.evaluate import _spikes
     from experiments.snn.models import build_single_process_model
 
-    plan = plan_for(["model=spikformer_tiny", "data=synthetic", "data.val_size=8",
-                     "data.image_size=16", "model.time_steps=2",
-                     "trainer.spikes.images=4"])  # fmt: skip
+    plan = plan_for(
+        [
+            "model=spikformer_tiny",
+            "data=synthetic",
+            "data.val_size=8",
+            "data.image_size=16",
+            "model.time_steps=2",
+            "trainer.spikes.images=4",
+        ]
+    )
     torch.manual_seed(0)
     model = build_single_process_model(plan.training_config.model, torch.device("cpu"), 4)
     # untrained, evaluated with its BatchNorms' initial statistics, it would not fire at all:

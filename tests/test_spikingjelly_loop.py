@@ -223,13 +223,27 @@ def test_spikingjellys_loop_through_slurm_follows_its_torchrun_runs(
     sweep, pair = tmp_path / "sweep", tmp_path / "fsdp2_tp"
     logs = tmp_path / "sweep.log", tmp_path / "fsdp2_tp.log"
     commands = (
-        [CLI, "-m", *BASE, *SLURM, "launcher.tasks_per_node=2",
-         f"topology={','.join(SWEPT)}", "topology.pipeline_microbatches=1",
-         f"hydra.sweep.dir={sweep}"],
-        [CLI, *BASE, *SLURM, "launcher.nodes=2",
-         "launcher.tasks_per_node=2", "topology=fsdp2", "topology.tensor_parallel_size=2",
-         f"hydra.sweep.dir={pair}"],
-    )  # fmt: skip
+        [
+            CLI,
+            "-m",
+            *BASE,
+            *SLURM,
+            "launcher.tasks_per_node=2",
+            f"topology={','.join(SWEPT)}",
+            "topology.pipeline_microbatches=1",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        [
+            CLI,
+            *BASE,
+            *SLURM,
+            "launcher.nodes=2",
+            "launcher.tasks_per_node=2",
+            "topology=fsdp2",
+            "topology.tensor_parallel_size=2",
+            f"hydra.sweep.dir={pair}",
+        ],
+    )
     logins = []
     for command, log in zip(commands, logs, strict=True):
         with open(log, "w") as stderr:
@@ -250,11 +264,14 @@ def test_spikingjellys_loop_through_slurm_follows_its_torchrun_runs(
         reference = runs.summary(topology)
         assert record["status"] == "completed", (topology, record.get("error"))
         assert (record["engine"], record["device"], record["backend"]) == (
-            "spikingjelly", "cpu", "gloo",
-        )  # fmt: skip
+            "spikingjelly",
+            "cpu",
+            "gloo",
+        )
         assert (record["world_size"], record["mesh"]["shape"]) == (
-            reference["world_size"], reference["mesh"]["shape"],
-        )  # fmt: skip
+            reference["world_size"],
+            reference["mesh"]["shape"],
+        )
         assert record["slurm"]["job_id"] and [r["rank"] for r in record["ranks"]] == list(
             range(record["world_size"])
         )

@@ -55,8 +55,9 @@ def summary(run_dir: Path) -> dict:
 
 
 def train(args: list[str], run_dir: Path, cwd: Path) -> str:
-    result = run_cli([*args, f"hydra.run.dir={run_dir}"], cwd=cwd, timeout=300,
-                     env={"PYTHONPATH": python_path()})  # fmt: skip
+    result = run_cli(
+        [*args, f"hydra.run.dir={run_dir}"], cwd=cwd, timeout=300, env={"PYTHONPATH": python_path()}
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     return result.stdout + result.stderr
 
@@ -97,8 +98,9 @@ def test_resume_extension_torn_checkpoint_eval_and_fresh_start(tmp_path: Path, f
     assert step_folders(run_dir) == ["step_00000002", "step_00000003"]  # the last step too
     assert first["metrics"]["train_loss_kind"] == "last epoch mean"
 
-    evaluated = run_tool("experiments-eval", [str(run_dir)], cwd=tmp_path,
-                         env={"PYTHONPATH": python_path()})  # fmt: skip
+    evaluated = run_tool(
+        "experiments-eval", [str(run_dir)], cwd=tmp_path, env={"PYTHONPATH": python_path()}
+    )
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     record = json.loads((run_dir / "eval.json").read_text())
     assert record["checkpoint"].endswith("step_00000003")
@@ -158,8 +160,9 @@ def test_cuda_graph_over_several_ranks_is_refused_in_planning() -> None:
         )
     assert refused.value.key == "trainer.execution_mode"
     assert "single-rank" in str(refused.value)
-    single = plan_for(["launcher=slurm", "launcher.gpus_per_node=1",
-                       "trainer.execution_mode=cuda_graph"])  # fmt: skip
+    single = plan_for(
+        ["launcher=slurm", "launcher.gpus_per_node=1", "trainer.execution_mode=cuda_graph"]
+    )
     assert single.engine == "spikingjelly" and single.training_config.timing_warmup_steps > 0
 
 
@@ -266,8 +269,12 @@ def test_requeue_stops_at_the_signal_step_and_resumes_on_the_same_trajectory(
         "trainer.checkpoint_interval=1000",
     ]
     reference = tmp_path / "reference"
-    result = run_cli([*args, f"hydra.run.dir={reference}"], cwd=tmp_path, timeout=300,
-                     env={"PYTHONPATH": python_path(), "OMP_NUM_THREADS": "1"})  # fmt: skip
+    result = run_cli(
+        [*args, f"hydra.run.dir={reference}"],
+        cwd=tmp_path,
+        timeout=300,
+        env={"PYTHONPATH": python_path(), "OMP_NUM_THREADS": "1"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
 
     slurm = ["launcher=slurm", "launcher.mem_gb=4", "launcher.cpus_per_task=1"]

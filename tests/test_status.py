@@ -25,20 +25,36 @@ def _point(root: Path, name: str, summary: dict, steps: list[dict] = (), epochs:
 
 def test_each_state_with_its_progress_loss_objective_or_error(tmp_path: Path, capsys) -> None:
     sweep = tmp_path / "sweep"
-    _point(sweep, "0", {"status": "completed", "engine": "cpu", "metrics": {"val_accuracy": 0.9}},
-           [{"step": 8, "loss": 0.31}], [{"epoch": 2, "val_accuracy": 0.9}])  # fmt: skip
+    _point(
+        sweep,
+        "0",
+        {"status": "completed", "engine": "cpu", "metrics": {"val_accuracy": 0.9}},
+        [{"step": 8, "loss": 0.31}],
+        [{"epoch": 2, "val_accuracy": 0.9}],
+    )
     _point(sweep, "1", {"status": "running", "engine": "cpu"}, [{"step": 3, "loss": 1.25}])
     _point(sweep, "2", {"status": "failed", "engine": "cpu", "error": "RuntimeError: boom\nmore"})
-    _point(sweep, "3", {"status": "interrupted", "engine": "mmgen", "interrupted": "SIGTERM"},
-           epochs=[{"step": 40, "loss_gen": 2.5}])  # fmt: skip
+    _point(
+        sweep,
+        "3",
+        {"status": "interrupted", "engine": "mmgen", "interrupted": "SIGTERM"},
+        epochs=[{"step": 40, "loss_gen": 2.5}],
+    )
     _point(sweep, "10", {"status": "completed", "engine": "mmgen", "metrics": {"swd": 12.5}})
     status.main([str(sweep)])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["point", "state", "progress", "last", "loss", "objective", "note"]
     rows = {line.split()[0]: line for line in lines[1:-1]}
     assert list(rows) == ["0", "1", "2", "3", "10"]  # numerically ordered
-    assert rows["0"].split()[1:] == ["completed", "step", "8", "epoch", "2", "0.31",
-                                     "val_accuracy=0.9"]  # fmt: skip
+    assert rows["0"].split()[1:] == [
+        "completed",
+        "step",
+        "8",
+        "epoch",
+        "2",
+        "0.31",
+        "val_accuracy=0.9",
+    ]
     assert rows["1"].split()[1:] == ["running", "step", "3", "1.25"]
     assert rows["2"].split()[1] == "failed" and rows["2"].endswith("RuntimeError: boom")
     assert rows["3"].split()[1:] == ["interrupted", "step", "40", "2.5", "SIGTERM"]
@@ -83,8 +99,16 @@ def test_report_of_a_sweep_under_way_says_what_is_still_to_come(tmp_path: Path, 
     from experiments import report
 
     sweep = tmp_path / "sweep"
-    _point(sweep, "0", {"status": "completed", "engine": "cpu", "metrics": {"val_accuracy": 0.9},
-                        "overrides": ["optimizer.lr=0.001"]})  # fmt: skip
+    _point(
+        sweep,
+        "0",
+        {
+            "status": "completed",
+            "engine": "cpu",
+            "metrics": {"val_accuracy": 0.9},
+            "overrides": ["optimizer.lr=0.001"],
+        },
+    )
     _point(sweep, "1", {"status": "running", "engine": "cpu", "overrides": ["optimizer.lr=0.003"]})
     (sweep / "multirun.yaml").write_text(
         "hydra:\n  sweeper:\n    _target_: hydra._internal.core_plugins.basic_sweeper."
@@ -98,12 +122,23 @@ def test_report_of_a_sweep_under_way_says_what_is_still_to_come(tmp_path: Path, 
     assert "2 points (1 completed, 1 running)" in out
     assert "best val_accuracy 0.9000 at point 0" in out
     assert "still to come: 1 point(s) running, 2 not started" in out
-    (sweep / "1" / "summary.json").write_text(json.dumps(
-        {"record_format": 1, "status": "completed", "engine": "cpu",
-         "metrics": {"val_accuracy": 0.8}, "overrides": ["optimizer.lr=0.003"]}))  # fmt: skip
+    (sweep / "1" / "summary.json").write_text(
+        json.dumps(
+            {
+                "record_format": 1,
+                "status": "completed",
+                "engine": "cpu",
+                "metrics": {"val_accuracy": 0.8},
+                "overrides": ["optimizer.lr=0.003"],
+            }
+        )
+    )
     for name, value in (("2", 0.7), ("3", 0.6)):
-        _point(sweep, name, {"status": "completed", "engine": "cpu",
-                             "metrics": {"val_accuracy": value}})  # fmt: skip
+        _point(
+            sweep,
+            name,
+            {"status": "completed", "engine": "cpu", "metrics": {"val_accuracy": value}},
+        )
     with pytest.raises(SystemExit):
         report.main([str(sweep)])
     assert "still to come" not in capsys.readouterr().out  # all four finished

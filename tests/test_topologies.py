@@ -359,13 +359,16 @@ def test_spike_and_energy_figures_are_the_single_processes_on_every_topology(run
         assert other["images"] == 32
         assert other["layers"] == single["layers"], name
         assert (other["firing_rate"], other["synops_per_image"], other["macs_per_image"]) == (
-            single["firing_rate"], single["synops_per_image"], single["macs_per_image"],
-        ), name  # fmt: skip
+            single["firing_rate"],
+            single["synops_per_image"],
+            single["macs_per_image"],
+        ), name
         # element-wise work each layout (and batch: the single process measures its slice in
         # one forward, a pipeline in its batches) counts a little differently: 0.15 % measured
         assert other["acs_per_image"] == pytest.approx(single["acs_per_image"], rel=5e-3)
-        assert other["energy_per_image_mj"] == pytest.approx(single["energy_per_image_mj"],
-                                                             rel=5e-3)  # fmt: skip
+        assert other["energy_per_image_mj"] == pytest.approx(
+            single["energy_per_image_mj"], rel=5e-3
+        )
     ddp, fsdp2 = _spikes(runs, "ddp"), _spikes(runs, "fsdp2")
     assert ddp["images"] == fsdp2["images"] == 32  # 16 a rank, summed: not 64
     assert ddp["macs_per_image"] == single["macs_per_image"]  # per image, the same network
@@ -397,8 +400,9 @@ def test_pipeline_microbatches_equal_a_single_process_accumulating_the_same_two(
     plan = json.loads((runs.get("accumulated") / "plan.json").read_text())
     assert (plan["batch"]["accumulation_steps"], plan["batch"]["per_rank"]) == (2, 8)
     assert runs.losses("pp2") == pytest.approx(runs.losses("accumulated"), rel=1e-5)
-    assert_same_state(runs.state("pp2", step=1), runs.state("accumulated", step=1),
-                      rtol=1e-5, atol=1e-6)  # fmt: skip
+    assert_same_state(
+        runs.state("pp2", step=1), runs.state("accumulated", step=1), rtol=1e-5, atol=1e-6
+    )
 
 
 # --- resume --------------------------------------------------------------------------------

@@ -203,9 +203,12 @@ def test_invalid_config_names_key_value_and_valid_choice(
     for value in given:
         assert caught.value.value == value, message
         written = (  # as the user typed it
-            ("true" if value else "false") if isinstance(value, bool)
-            else "null" if value is None else repr(value)
-        )  # fmt: skip
+            ("true" if value else "false")
+            if isinstance(value, bool)
+            else "null"
+            if value is None
+            else repr(value)
+        )
         assert f"{key}={written}" in message, message
 
 

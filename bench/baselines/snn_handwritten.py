@@ -41,9 +41,12 @@ if args.depth == 34:
     from spikingjelly.activation_based.model.sew_resnet import SEWResNet34Config
 
     model_config = SEWResNet34Config(
-        num_classes=10, image_size=args.image_size, time_steps=args.time_steps,
-        tau=2.0, detach_reset=True,
-    )  # fmt: skip
+        num_classes=10,
+        image_size=args.image_size,
+        time_steps=args.time_steps,
+        tau=2.0,
+        detach_reset=True,
+    )
 else:
     model_config = SEWResNetConfig(
         depth=args.depth, num_classes=10, image_size=args.image_size, time_steps=args.time_steps
