@@ -7,7 +7,6 @@ split them, and every broken root refused before launch in one line."""
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,7 +24,7 @@ from experiments.data.event_layout import (
     cache_folder,
 )
 
-from .conftest import DatasetFiles, read_jsonl, run_cli, run_cli_in_process
+from .conftest import DatasetFiles, run_cli_in_process
 from .support.datasets import skip_cifar_md5, write_cifar, write_events
 
 SPECS = {
@@ -562,45 +561,3 @@ def test_a_rank_never_starts_spikingjellys_download_unasked(tmp_path: Path) -> N
     with pytest.raises(ConfigError, match="SpikingJelly would download it from https://"):
         events.build_cifar10_dvs_datasets(tmp_path, frames_number=2)
     assert sorted(tmp_path.iterdir()) == []  # no events_np.building, no download/ made
-
-
-# ---------------------------------------------------------------- SpikingJelly's loop
-
-# spikformer_tiny takes in_channels (2 for event frames) and any multiple of 16 as its side.
-TINY_RUN = [
-    "model=spikformer_tiny",
-    "model.time_steps=2",
-    "data.image_size=16",
-    "trainer.epochs=1",
-    "trainer.max_steps=2",
-    "trainer.batch_size=8",
-    "logger=none",
-    "trainer.spikes.guard=null",
-]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("option", ["dvs128_gesture", "cifar10"])
-def test_two_steps_through_spikingjellys_loop_on_the_real_format(
-    option: str, dataset_files: DatasetFiles, tmp_path: Path
-) -> None:
-    """The installed CLI trains 2 optimizer steps of SpikingJelly's train_classification on
-    each kind of on-disk data: event frames [N, T, 2, H, W] (SpikingJelly's cache) and
-    CIFAR's batches through torchvision with the augmentation."""
-    if option == "cifar10":
-        root, env, extra = dataset_files.cifar(), dataset_files.cifar_env(), []
-    else:
-        root, env, extra = dataset_files.events(option), None, ["model.in_channels=2"]
-    run_dir = tmp_path / "run"
-    result = run_cli(
-        [f"data={option}", f"data.root={root}", *TINY_RUN, *extra, f"hydra.run.dir={run_dir}"],
-        cwd=tmp_path,
-        env=env,
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "completed"
-    assert summary["metrics"]["val_loss"] > 0
-    assert [step["step"] for step in read_jsonl(run_dir / "steps.jsonl")][-1] == 2
-    if option != "cifar10":
-        assert events.is_built(root, 2, "number")

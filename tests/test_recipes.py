@@ -24,7 +24,9 @@ from typing import Any
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
+from experiments.data import events
 from experiments.snn.recipe_card import flat, same
 
 from .conftest import REPO, plan_for, run_cli
@@ -286,13 +288,15 @@ def trained(dataset_files, imagefolder_session: Path, module_tmp) -> dict[str, A
         summary = json.loads(summary_path.read_text())
         preset = next(o for o in summary["overrides"] if o.startswith("experiment="))
         points[preset.removeprefix("experiment=cpu_")] = summary_path.parent
-    return {"points": points, "seconds": seconds}
+    return {"points": points, "seconds": seconds, "roots": roots}
 
 
 @pytest.mark.slow
 def test_every_preset_trains_two_steps_of_spikingjellys_loop_on_cpu(trained, figures) -> None:
     """Each point completed 2 optimizer steps through SpikingJelly's train_classification on
-    its dataset's real on-disk format, and trained the first epoch at the lr its paper's
+    its dataset's real on-disk format (CIFAR's pickled batches through torchvision with the
+    recipe's augmentation; event frames [N, T, 2, H, W] from SpikingJelly's own cache, which
+    the run built), validated on it, and trained the first epoch at the lr its paper's
     schedule gives it (EpochSchedule stepped by the loop)."""
     assert sorted(trained["points"]) == paper_presets()
     walls = {}
@@ -300,10 +304,16 @@ def test_every_preset_trains_two_steps_of_spikingjellys_loop_on_cpu(trained, fig
         summary = json.loads((point / "summary.json").read_text())
         walls[preset] = summary.get("wall_time_s")
         assert summary["status"] == "completed", (preset, summary.get("error"))
+        assert summary["metrics"]["val_loss"] > 0, preset
         steps = [
             json.loads(line)["step"] for line in (point / "steps.jsonl").read_text().splitlines()
         ]
         assert steps[-1] == 2, preset
         epoch = json.loads((point / "metrics.jsonl").read_text().splitlines()[-1])
         assert same(epoch["lr"], FIRST_EPOCH_LR[preset]), (preset, epoch["lr"])
+        config = OmegaConf.load(point / ".hydra" / "config.yaml")
+        data = OmegaConf.to_container(config.data, resolve=True)
+        if "split_by" in data:  # an event dataset: its frames cached where SpikingJelly keeps them
+            root = trained["roots"][data["name"]]
+            assert events.is_built(root, data["frames_number"], data["split_by"]), preset
     figures(sweep_seconds=round(trained["seconds"], 1), point_seconds=walls)

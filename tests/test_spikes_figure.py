@@ -98,3 +98,26 @@ def test_the_figure_child_draws_when_asked_and_never_fails_the_run(tmp_path: Pat
     )
     assert by_hand.returncode == 1
     assert by_hand.stderr.strip() == f"error: no evaluation in {broken / SPIKES_FILE}"
+
+
+def test_a_run_that_stopped_short_gets_its_figure_and_no_traceback(tmp_path: Path) -> None:
+    """A run stopped by the guard or a failure closes the child's pipes without reading its
+    answers and exits: the child still draws what it was asked, and its answers into the
+    closed pipe put no traceback on the run's stderr (below the run's one error line)."""
+    run_dir = tmp_path / "run"
+    _write_spikes(run_dir, {"conv1.sn": [0.2, 0.0], "fc.sn": [0.3, 0.0]})
+    child = subprocess.Popen(
+        [sys.executable, "-m", "experiments.snn.spikes_figure", "--serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+    )
+    assert child.stdin is not None and child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # the run is gone: nobody reads the answers
+    child.stdin.write(f"{run_dir}\n{run_dir}\n")
+    child.stdin.close()
+    assert child.wait(timeout=120) == 0
+    assert child.stderr.read() == ""
+    assert (run_dir / "spikes.png").exists()

@@ -33,9 +33,16 @@ def data_dir() -> Path:
     return Path(cache) / "experiments" / "data"
 
 
+def check_gan_data(name: str) -> None:
+    """MMGen's recipes read image files: the data options a GAN trains on."""
+    if name not in GAN_DATA:
+        raise ConfigError("data", name, "GAN models train on data=" + " or data=".join(GAN_DATA))
+
+
 def gan_image_root(data: dict[str, Any]) -> tuple[Path, int]:
     """(folder MMGen reads, channels) for a GAN run; checks only, writes nothing."""
     name = data["name"]
+    check_gan_data(name)
     if name == "digits":
         return data_dir() / DIGITS_FOLDER, 1
     if name == "imagefolder":
@@ -47,7 +54,7 @@ def gan_image_root(data: dict[str, Any]) -> tuple[Path, int]:
                 "data.root", str(root), "a folder with image files (or a train/ folder of them)"
             )
         return folder, 3
-    raise ConfigError("data", name, "GAN models train on data=" + " or data=".join(GAN_DATA))
+    raise AssertionError(f"data={name} passed check_gan_data without a folder of its own")
 
 
 def _images(folder: Path) -> Any:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import data as data_group
-from experiments.data.image_files import gan_image_root
+from experiments.data.image_files import check_gan_data, gan_image_root
 from experiments.errors import ConfigError
 from experiments.gan import ddp as gan_ddp
 from experiments.gan.family import OBJECTIVE
@@ -133,6 +133,9 @@ def plan_run(
 ) -> GANPlan:
     """The family's planner (experiments/families.py): the keys every family shares are
     already checked."""
+    # The option first: an event dataset's frames_number follows model.time_steps, which a GAN
+    # has none of, so its keys' types would name that key instead of the data option
+    check_gan_data(values["data"]["name"])
     data_group.dataset_kwargs(cfg.data)  # the data keys' types (MMGen's recipe reads few)
     plan = build_gan_plan(values, run_dir, overrides, choices)
     plan.extensions = extensions

@@ -182,7 +182,18 @@ def _serve() -> None:
         except Exception as error:  # a figure never fails the run: say why, answer nothing
             print(f"spikes.png: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
             drawn = None
-        print(drawn or "", flush=True)
+        _answer(str(drawn or ""))
+
+
+def _answer(line: str) -> None:
+    """The drawn figure's path to the run. A run that stopped short has gone without reading
+    it (close()): the drawings it asked for are still made, and its answers go nowhere, as
+    Python's documentation advises for a closed pipe (a traceback would land on the run's
+    stderr, below its one error line)."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def main(argv: list[str] | None = None) -> None:
