@@ -120,6 +120,22 @@ def reference(module_tmp: Callable[[str], Path]) -> dict[str, list[float]]:
     return found
 
 
+@pytest.fixture(scope="module")
+def killed(module_tmp: Callable[[str], Path]) -> Path:
+    """A single-process run SIGKILLed after step 10, its checkpoints of steps 4 and 8 whole:
+    the run each checkpoint test below corrupts, resumes or reads (a copy, when it changes
+    it: `copy_of`)."""
+    run_dir = module_tmp("killed") / "run"
+    kill_at_step(run_dir, 10, complete=8)
+    return run_dir
+
+
+def copy_of(killed: Path, tmp_path: Path) -> Path:
+    run_dir = tmp_path / "run"
+    shutil.copytree(killed, run_dir)
+    return run_dir
+
+
 def test_same_config_and_seed_give_identical_losses(reference: dict[str, list[float]]) -> None:
     assert len(reference["single"]) == 12
     assert reference["single"] == reference["single_again"]  # bit for bit on the CPU
@@ -191,10 +207,9 @@ def test_sigkill_of_one_rank_is_survived_through_torchrun_restarts(
 
 
 def test_truncated_checkpoint_is_reported_and_the_previous_one_used(
-    tmp_path: Path, reference: dict[str, list[float]]
+    tmp_path: Path, killed: Path, reference: dict[str, list[float]]
 ) -> None:
-    run_dir = tmp_path / "run"
-    kill_at_step(run_dir, 10, complete=8)  # checkpoints at 4 and 8 are complete
+    run_dir = copy_of(killed, tmp_path)  # checkpoints at 4 and 8 are complete
     step = run_dir / "checkpoints" / "step_00000008"
     (shard,) = (step / "pp_0000_tp_0000").glob("*.distcp")  # DCP's data file of the shard
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
@@ -207,15 +222,16 @@ def test_truncated_checkpoint_is_reported_and_the_previous_one_used(
     assert losses(run_dir) == pytest.approx(reference["single"], rel=1e-6)
 
 
-def test_no_loadable_checkpoint_stops_with_a_clear_error(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    kill_at_step(run_dir, 6, complete=4)
-    (shard,) = (run_dir / "checkpoints").glob("step_*/pp_0000_tp_0000/*.distcp")
-    shard.write_bytes(b"not a checkpoint")
+def test_no_loadable_checkpoint_stops_with_a_clear_error(tmp_path: Path, killed: Path) -> None:
+    run_dir = copy_of(killed, tmp_path)
+    steps = [run_dir / "checkpoints" / f"step_{step:08d}" for step in (4, 8)]
+    for step in steps:
+        (shard,) = (step / "pp_0000_tp_0000").glob("*.distcp")
+        shard.write_bytes(b"not a checkpoint")
     result = run_cli([*BASE, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert result.returncode == 1
-    step = shard.parent.parent
-    assert "no checkpoint can be loaded" in result.stderr and str(step) in result.stderr
+    assert "no checkpoint can be loaded" in result.stderr
+    assert all(str(step) in result.stderr for step in steps), result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     record = summary(run_dir)
     assert record["status"] == "failed" and "no checkpoint can be loaded" in record["error"]
@@ -249,15 +265,14 @@ def test_crash_while_saving_leaves_the_previous_checkpoint_as_latest(
     assert losses(run_dir) == pytest.approx(reference["single"], rel=1e-6)
 
 
-def test_checkpoint_of_a_different_config_is_refused(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    kill_at_step(run_dir, 6, complete=4)
+def test_checkpoint_of_a_different_config_is_refused(tmp_path: Path, killed: Path) -> None:
+    run_dir = copy_of(killed, tmp_path)
     # In its own run directory, the recorded config refuses the change before launch...
     result = run_cli([*BASE, "optimizer.lr=0.5", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "invalid config: optimizer.lr=0.5" in result.stderr
     # ...and handed to another run, the checkpoint itself refuses, naming what differs.
-    newest = max((run_dir / "checkpoints").glob("step_*"))
+    newest = run_dir / "checkpoints" / "step_00000008"
     other = tmp_path / "other"
     result = run_cli(
         [*BASE, "optimizer.lr=0.5", f"resume={newest}", f"hydra.run.dir={other}"], cwd=tmp_path
@@ -267,7 +282,9 @@ def test_checkpoint_of_a_different_config_is_refused(tmp_path: Path) -> None:
     assert json.loads((other / "summary.json").read_text())["status"] == "failed"
 
 
-def test_checkpoints_load_without_unpickling_arbitrary_objects(tmp_path: Path) -> None:
+def test_checkpoints_load_without_unpickling_arbitrary_objects(
+    tmp_path: Path, killed: Path
+) -> None:
     """torch's DCP reads `.metadata` with a plain pickle and a checkpoint's non-tensor values
     with torch.load(weights_only=False). Our readers (the resume, eval's merge) build only
     DCP's metadata classes and state-dict values: a checkpoint crafted to run a command is
@@ -278,9 +295,7 @@ def test_checkpoints_load_without_unpickling_arbitrary_objects(tmp_path: Path) -
 
     from experiments.snn.engines.spikingjelly_checkpoints import read_shard
 
-    run_dir = tmp_path / "run"
-    train(run_dir, ["trainer.max_steps=4"])
-    path = run_dir / "checkpoints" / "step_00000004"
+    path = killed / "checkpoints" / "step_00000004"  # read only: copied where changed
     state = read_shard(path / "pp_0000_tp_0000")
     assert int(state["progress"]["step"]) == 4 and "model" in state
     marker = tmp_path / "pwned"
