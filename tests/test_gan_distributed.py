@@ -1,11 +1,12 @@
 """Distributed GAN training and stops that lose nothing: model.ddp=static on 2 ranks with a
 SIGKILLed rank restarted by torchrun (the only restart test: the dynamic-DDP restart test was
 folded into it; dynamic DDP on 2 ranks is the Slurm requeue here and test_gan.py's two-rank
-run), SIGTERM handled at an iteration boundary (locally and as a real Slurm requeue), and
-atomic checkpoint writes. Real processes throughout: the CLI, torchrun, Slurm, signals,
-SIGKILL. What each rank read is recorded (EXPERIMENTS_TEST_RECORD_READS), not inferred.
+run), SIGTERM handled at an iteration boundary (locally and as a real Slurm requeue of a job
+over two nodes), and atomic checkpoint writes. Real processes throughout: the CLI, torchrun,
+Slurm, signals, SIGKILL. What each rank read is recorded (EXPERIMENTS_TEST_RECORD_READS), not
+inferred.
 
-Budget: a 2-rank torchrun run (restarted once), three single-process runs, and a 2-task Slurm
+Budget: a 2-rank torchrun run (restarted once), three single-process runs, and a 2-node Slurm
 job (requeued once) on the suite's Slurm cluster. Every failure is injected from outside the
 package: a signal or `scontrol requeue` from the test, or the test-only sitecustomize in
 tests/support/site (EXPERIMENTS_TEST_KILL_DURING_GAN_SAVE).
@@ -28,6 +29,7 @@ from experiments.gan import ddp as gan_ddp
 from .conftest import (
     CLI,
     REPO,
+    SLURM_NODES,
     cli_env,
     login_ended_well,
     plan_for,
@@ -300,9 +302,11 @@ def test_sigusr2_checkpoints_the_current_iteration_and_the_rerun_resumes_there(
 def test_slurm_requeue_resumes_a_two_task_gan_job_at_the_stopped_iteration(
     slurm_cluster, tmp_path: Path
 ) -> None:
-    """`scontrol requeue` of a running 2-task job on the real cluster: Slurm sends SIGTERM to
-    both tasks, which agree on the iteration to stop at; rank 0 saves it; Slurm starts the job
-    again (restart_count 1) and it resumes there."""
+    """`scontrol requeue` of a running 2-task job on the real cluster, one task on each of its
+    two nodes: Slurm sends SIGTERM to both tasks, which agree on the iteration to stop at;
+    rank 0 saves it; Slurm starts the job again (restart_count 1) and it resumes there, MMGen's
+    DDP over the two nodes keeping the replicas equal. (A plain two-node GAN job, once a test
+    of test_multinode.py, ran the same path up to the requeue.)"""
     iters = 40
     args = [
         *TINY,
@@ -310,7 +314,8 @@ def test_slurm_requeue_resumes_a_two_task_gan_job_at_the_stopped_iteration(
         "model.checkpoint_interval=1000",
         "topology=ddp",
         "launcher=slurm",
-        "launcher.tasks_per_node=2",
+        "launcher.nodes=2",
+        "launcher.tasks_per_node=1",
         "launcher.mem_gb=4",
         "launcher.cpus_per_task=1",
     ]
@@ -347,5 +352,9 @@ def test_slurm_requeue_resumes_a_two_task_gan_job_at_the_stopped_iteration(
     assert (summary["status"], summary["slurm"]["restart_count"]) == ("completed", 1)
     assert (summary["start"], summary["ddp"]) == ("auto_resume", "dynamic")
     assert summary["start_checkpoint"] == str(_checkpoints(run_dir) / f"iter_{stopped}.pth")
+    assert Path(summary["start_checkpoint"]).is_file()
     assert _steps(run_dir) == list(range(1, iters + 1))  # nothing lost, nothing twice
-    assert summary["metrics"]["replica_max_diff"] == 0.0
+    assert summary["world_size"] == 2
+    assert summary["metrics"]["replica_max_diff"] == 0.0  # MMGen's DDP kept the replicas equal
+    ranks = sorted(summary["ranks"], key=lambda r: r["rank"])
+    assert [(r["rank"], r["node"]) for r in ranks] == [(0, SLURM_NODES[0]), (1, SLURM_NODES[1])]

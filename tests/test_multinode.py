@@ -4,7 +4,8 @@ scripts/slurm/cluster.sh --nodes 2) and two torchrun agents with a c10d rendezvo
 Every multi-node run is compared with the same run on one node under local torchrun: the
 losses and every tensor of the final checkpoint agree (1e-5), and summary.json shows where
 each rank ran. The runs are small (SEW-ResNet18, 16x16 synthetic images, T=2) and cached per
-module: each reference is trained once.
+module: each reference is trained once. The GAN over two Slurm nodes is test_gan_distributed.py's
+requeue test.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from .conftest import (
     wait_for_job,
 )
 from .support import processes
-from .test_gan import TINY as GAN_TINY
 
 pytestmark = [pytest.mark.slow]
 
@@ -217,25 +217,6 @@ def wait_for_steps(steps: Path, count: int, proc: subprocess.Popen, log: Path) -
 # ---------------------------------------------------------------- Slurm, two nodes
 
 
-@pytest.mark.slurm
-def test_ddp_over_two_slurm_nodes_equals_local_torchrun(
-    slurm_cluster, references: References, foreign_slurm_conf: Path, tmp_path: Path
-) -> None:
-    run_dir, result = slurm_run(tmp_path, [*DDP, *TWO_NODES])
-    assert result.returncode == 0, result.stderr[-3000:]
-    record = summary(run_dir)
-    assert (record["status"], record["world_size"]) == ("completed", 2)
-    assert record["slurm"]["nodelist"] == "exp-node[1-2]"
-    # rank r ran on node r: the user sees where each rank ran
-    assert [
-        (p["rank"], p["local_rank"], p["node"], p["node_rank"]) for p in placements(run_dir)
-    ] == [
-        (0, 0, SLURM_NODES[0], 0),
-        (1, 0, SLURM_NODES[1], 1),
-    ]
-    assert_same_run(run_dir, references.ddp())
-
-
 FSDP2_TP_TWO_NODES = [*FSDP2_TP, *SLURM, "launcher.nodes=2", "launcher.tasks_per_node=2"]
 
 
@@ -316,8 +297,13 @@ def test_an_fsdp2_tp_job_back_on_one_node_continues_at_its_global_batch(
 
 @pytest.mark.slurm
 def test_requeue_of_a_two_node_job_stops_all_ranks_and_resumes_the_trajectory(
-    slurm_cluster, references: References, tmp_path: Path
+    slurm_cluster, references: References, foreign_slurm_conf: Path, tmp_path: Path
 ) -> None:
+    """DDP over two Slurm nodes, requeued mid-training: both ranks stop after the same step,
+    the job resumes from it and ends equal to local torchrun on one node, having shown where
+    each rank ran; a login node's own /etc/slurm/slurm.conf is never read (the test cluster's
+    SLURM_CONF is). One two-node DDP job proves all of it: an uninterrupted one (the test
+    this replaced) trained the same job through the same path up to the requeue."""
     sweep, log = tmp_path / "sweep", tmp_path / "login.log"
     with open(log, "w") as output:
         proc = processes.spawn(
@@ -340,6 +326,14 @@ def test_requeue_of_a_two_node_job_stops_all_ranks_and_resumes_the_trajectory(
         1,
         1,
     )
+    assert record["world_size"] == 2 and record["slurm"]["nodelist"] == "exp-node[1-2]"
+    # rank r ran on node r: the user sees where each rank ran
+    assert [
+        (p["rank"], p["local_rank"], p["node"], p["node_rank"]) for p in placements(run_dir)
+    ] == [
+        (0, 0, SLURM_NODES[0], 0),
+        (1, 0, SLURM_NODES[1], 1),
+    ]
     # both ranks, on both nodes, stopped after the same step and saved it
     stops = {
         rank: [
@@ -500,30 +494,6 @@ def test_a_rank_failing_before_its_run_starts_stops_its_waiting_peer(
     assert "stopping: rank 0" in peer, peer[-2000:]
 
 
-@pytest.mark.slurm
-@pytest.mark.gan
-def test_gan_ddp_over_two_slurm_nodes(slurm_cluster, tmp_path: Path) -> None:
-    run_dir, result = slurm_run(
-        tmp_path,
-        [
-            "model=dcgan",
-            "topology=ddp",
-            *[arg for arg in GAN_TINY if not arg.startswith("model.eval_images=")],
-            "model.eval_images=0",  # no quality metric is read here
-            *TWO_NODES,
-        ],
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    record = summary(run_dir)
-    assert (record["status"], record["world_size"]) == ("completed", 2)
-    assert record["metrics"]["replica_max_diff"] == 0.0  # MMGen's DDP kept the replicas equal
-    assert [(p["rank"], p["node"]) for p in placements(run_dir)] == [
-        (0, SLURM_NODES[0]),
-        (1, SLURM_NODES[1]),
-    ]
-    assert (run_dir / "checkpoints" / "iter_4.pth").exists() or any(run_dir.rglob("iter_4.pth"))
-
-
 # ---------------------------------------------------------------- torchrun, two agents
 
 
@@ -570,21 +540,13 @@ def wait_all(agents: list[subprocess.Popen], run_dir: Path) -> None:
 
 
 @pytest.mark.dist
-def test_two_torchrun_agents_equal_one_agent_with_two_ranks(
-    references: References, tmp_path: Path
-) -> None:
-    run_dir = tmp_path / "run"
-    wait_all(two_agents(run_dir), run_dir)
-    record = summary(run_dir)
-    assert (record["status"], record["world_size"]) == ("completed", 2)
-    assert sorted(p["node_rank"] for p in placements(run_dir)) == [0, 1]
-    assert_same_run(run_dir, references.ddp())
-
-
-@pytest.mark.dist
 def test_killed_worker_on_one_node_restarts_both_nodes_and_resumes(
     references: References, tmp_path: Path
 ) -> None:
+    """Two torchrun agents on this host as nodes 0 and 1 of one DDP run; node 1's worker is
+    killed mid-training, both nodes' ranks restart, resume and end equal to one agent with
+    two ranks. (An uninterrupted two-agent run, once a test of its own, trained the same
+    run through the same path up to the kill.)"""
     run_dir = tmp_path / "run"
     agents = two_agents(run_dir, ["launcher.max_restarts=1"])
     deadline = time.time() + 240
@@ -600,4 +562,6 @@ def test_killed_worker_on_one_node_restarts_both_nodes_and_resumes(
     record = summary(run_dir)
     assert (record["status"], record["metrics"]["steps"]) == ("completed", DDP_STEPS)
     assert (record["resumes"], record["restarts"]) == (1, 1)  # both nodes' ranks restarted
+    assert record["world_size"] == 2
+    assert sorted(p["node_rank"] for p in placements(run_dir)) == [0, 1]
     assert_same_run(run_dir, references.ddp())  # resumed onto the same trajectory

@@ -21,7 +21,9 @@ from experiments.sweepers import pruning
 
 from .conftest import (
     MAX_TIMEOUT,
+    REPO,
     TINY_POINT,
+    on_python_path,
     plan_for,
     read_jsonl,
     run_cli,
@@ -33,6 +35,7 @@ pytestmark = pytest.mark.slow
 
 TINY = TINY_POINT
 SLURM = ["launcher=slurm", "launcher.mem_gb=4", "launcher.cpus_per_task=1"]
+SITE = str(REPO / "tests" / "support" / "site")  # test-only step sleep (sitecustomize)
 
 
 def summary(run_dir: Path) -> dict:
@@ -393,15 +396,20 @@ def test_early_stopping_keys_are_refused_before_launch() -> None:
 def test_slurm_search_refills_a_finished_trials_slot_and_prunes_from_its_jobs(
     slurm_cluster, tmp_path: Path
 ) -> None:
-    """One Slurm search for two promises. n_jobs=2, 3 trials over the epochs (1 or 60) and
+    """One Slurm search for two promises. n_jobs=2, 3 trials over the epochs (1 or 10) and
     the learning rate (0.001 or inf: NaN losses from the first epoch), the median pruner
-    after one completed trial; sampler seed 142 draws (1, 0.001) and (60, 0.001) first, then
-    (60, inf). 60 one-step epochs take ~10 s more than one: the long trial is still running
-    when the short one ends, even on a quiet machine (at 20 both ended within one poll).
+    after one completed trial; sampler seed 142 draws (1, 0.001) and (10, 0.001) first, then
+    (10, inf). Each one-step epoch sleeps 2 s after its step (EXPERIMENTS_TEST_STEP_SLEEP):
+    the long trial runs 18 s or more longer than the short one on any machine, well over
+    the search's 5 s poll, so it still runs when the short one ends. (Before, 60 epochs
+    trained flat out for the same gap: ~10 s on a quiet machine, 100 s at load 5, CPU that
+    nothing read; at 20 both ended within one poll.)
     - In flight: the short trial ends long before the long one, and trial 2 is submitted in
       its slot while the long one still runs (in fixed batches it would wait for both).
+    - Parallel Slurm jobs against one storage: the first two trials run as one job array of
+      two jobs, and each completed trial's value in the study is its job's val_accuracy.
     - Pruning from Slurm jobs: trial 2's job reports its first epoch to the study's journal
-      (the default storage, safe on a shared filesystem), is stopped there (1 of 20 epochs)
+      (the default storage, safe on a shared filesystem), is stopped there (1 of 10 epochs)
       and ends PRUNED in the study, `pruned` in its summary.json and the report. The long
       trial is not pruned: its first epoch is the short one's (same seed, data and first
       step), not worse than the median."""
@@ -411,7 +419,7 @@ def test_slurm_search_refills_a_finished_trials_slot_and_prunes_from_its_jobs(
             "hparams_search=digits_lr",
             *TINY,
             *SLURM,
-            "trainer.epochs=choice(60,1)",
+            "trainer.epochs=choice(10,1)",
             "hydra.sweeper.params={optimizer.lr:'choice(0.001,inf)'}",
             "hydra.sweeper.sampler.seed=142",
             "hydra.sweeper.n_jobs=2",
@@ -421,16 +429,22 @@ def test_slurm_search_refills_a_finished_trials_slot_and_prunes_from_its_jobs(
             f"hydra.sweep.dir={sweep_dir}",
         ],
         cwd=tmp_path,
+        env={"PYTHONPATH": on_python_path(SITE), "EXPERIMENTS_TEST_STEP_SLEEP": "2"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     trials = study_trials(sweep_dir)
     draws = [(t.params["trainer.epochs"], t.params["optimizer.lr"]) for t in trials]
-    assert draws == [(1, 0.001), (60, 0.001), (60, math.inf)], draws
+    assert draws == [(1, 0.001), (10, 0.001), (10, math.inf)], draws
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 2 + [TrialState.PRUNED]
     records = [summary(sweep_dir / str(t.number)) for t in trials]
     assert [r["metrics"]["steps"] for r in records] == [e for e, _ in draws[:2]] + [1]
     arrays = [r["slurm"]["array_job_id"] for r in records]
     assert arrays[0] == arrays[1] and arrays[2] != arrays[0]  # first n_jobs as one array
+    assert arrays[0] is not None and len({r["slurm"]["job_id"] for r in records}) == 3
+    # the completed trials' values are their jobs' metrics, told to the one storage
+    for trial, record in zip(trials[:2], records[:2], strict=True):
+        assert record["status"] == "completed"
+        assert trial.value == pytest.approx(record["metrics"]["val_accuracy"])
     short, long = sorted(trials[:2], key=lambda t: t.params["trainer.epochs"])
     # the refill: trial 2 asked (and submitted) once the short trial ended, while the long
     # one still ran (in fixed batches it would have waited for both)
@@ -440,7 +454,7 @@ def test_slurm_search_refills_a_finished_trials_slot_and_prunes_from_its_jobs(
     assert pruned.intermediate_values == {1: -math.inf}
     assert record["status"] == "pruned" and record["pruned"]["step"] == 1
     assert record["slurm"]["job_id"]  # it ran as a Slurm job, and recorded itself there
-    assert len(read_jsonl(sweep_dir / "2" / "metrics.jsonl")) == 1  # 1 of 60 epochs
+    assert len(read_jsonl(sweep_dir / "2" / "metrics.jsonl")) == 1  # 1 of 10 epochs
     with open(sweep_dir / "report.csv", newline="") as handle:
         statuses = {row["point"]: row["status"] for row in csv.DictReader(handle)}
     assert statuses == {"0": "completed", "1": "completed", "2": "pruned"}

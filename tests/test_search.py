@@ -1,6 +1,6 @@
 """Optuna searches at the scale searches reach: a study in the sweep directory that a killed
-search continues, failed trials that are FAIL in it, trials as parallel Slurm jobs, and
-Optuna's own figures of the study."""
+search continues, failed trials that are FAIL in it, and Optuna's own figures of the study.
+Trials as parallel Slurm jobs against one storage: test_research_sweeps.py's Slurm search."""
 
 from __future__ import annotations
 
@@ -323,37 +323,3 @@ def test_a_failing_trial_is_failed_in_the_study_and_the_search_goes_on(
     record = summary(sweep_dir / str(bad.number))
     assert record["status"] == "failed" and "cannot identify image file" in record["error"]
     assert (sweep_dir / "optimization_results.yaml").exists()  # the best of what completed
-
-
-@pytest.mark.slurm
-def test_trials_run_as_parallel_slurm_jobs_against_one_storage(
-    slurm_cluster, tmp_path: Path
-) -> None:
-    sweep_dir = tmp_path / "search"
-    result = run_cli(
-        [
-            *SEARCH,
-            "launcher=slurm",
-            "launcher.mem_gb=4",
-            "launcher.cpus_per_task=1",
-            "hydra.sweeper.n_jobs=2",
-            "hydra.sweeper.n_trials=2",
-            f"hydra.sweep.dir={sweep_dir}",
-        ],
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    trials = only_study(sweep_dir).get_trials()
-    assert [(t.number, t.state) for t in trials] == [
-        (0, TrialState.COMPLETE),
-        (1, TrialState.COMPLETE),
-    ]
-    jobs, arrays = set(), set()
-    for trial in trials:
-        record = summary(sweep_dir / str(trial.number))
-        assert record["status"] == "completed"
-        assert trial.value == pytest.approx(record["metrics"]["val_accuracy"])
-        jobs.add(record["slurm"]["job_id"])
-        arrays.add(record["slurm"]["array_job_id"])
-    assert len(jobs) == 2 and None not in jobs
-    assert len(arrays) == 1 and None not in arrays  # one batch of n_jobs=2: one job array

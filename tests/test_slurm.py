@@ -50,22 +50,6 @@ def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
-def test_single_run_completes_through_the_scheduler(slurm_cluster, tmp_path: Path) -> None:
-    sweep = tmp_path / "sweep"
-    result = run_cli([*SMALL, "trainer.max_steps=4", f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    record = summary(sweep / "0")
-    assert record["status"] == "completed" and record["metrics"]["steps"] == 4
-    job = record["slurm"]["job_id"]
-    assert sacct_states(job) == {"COMPLETED"}
-    assert f"Slurm job {job} completed, {sweep / '0'}" in result.stdout
-    # the submission says what the job asks for, and that an SNN job asking no GPU trains on CPUs
-    assert "Slurm job: 1 node(s) x 1 task(s), no GPU (launcher.gpus_per_node=0)" in result.stdout
-    assert "warning: launcher.gpus_per_node=0: the job asks Slurm for no GPU" in result.stdout
-    assert Path(record["slurm"]["stdout"]).is_file()  # Slurm's log, found from the run dir
-    assert (sweep / "0" / "checkpoints").is_dir() and (sweep / "0" / "metrics.jsonl").exists()
-
-
 def test_two_point_sweep_runs_as_slurm_jobs(slurm_cluster, tmp_path: Path) -> None:
     """Two seeds as one job array; the report groups them as replicates (issue 29 on Slurm)."""
     sweep = tmp_path / "sweep"
@@ -126,6 +110,11 @@ def test_two_tasks_train_ddp_across_slurm_tasks(slurm_cluster, tmp_path: Path) -
 
 
 def test_requeue_mid_training_resumes_and_loses_no_step(slurm_cluster, tmp_path: Path) -> None:
+    """One run through the scheduler, requeued mid-training: the SIGTERM of the requeue is
+    handled, the job resumes and completes on the trajectory of the same run uninterrupted.
+    The same job shows what a plain run through the scheduler shows the user (what the job
+    asks for, its end and its Slurm log, found from the run directory): an uninterrupted
+    job, once a test of its own, ran the same path up to the requeue."""
     args = [*SMALL, "trainer.max_steps=24", "trainer.checkpoint_interval=5", "data.train_size=1024"]
     reference = tmp_path / "reference"  # the same run, uninterrupted, in this process's host
     local = run_cli(
@@ -161,6 +150,14 @@ def test_requeue_mid_training_resumes_and_loses_no_step(slurm_cluster, tmp_path:
     record = summary(sweep / "0")
     assert (record["status"], record["metrics"]["steps"], record["resumes"]) == ("completed", 24, 1)
     assert record["slurm"]["restart_count"] == 1
+    assert sacct_states(job) == {"COMPLETED"}
+    said = log.read_text()
+    assert f"Slurm job {job} completed, {sweep / '0'}" in said
+    # the submission says what the job asks for, and that an SNN job asking no GPU trains on CPUs
+    assert "Slurm job: 1 node(s) x 1 task(s), no GPU (launcher.gpus_per_node=0)" in said
+    assert "warning: launcher.gpus_per_node=0: the job asks Slurm for no GPU" in said
+    assert Path(record["slurm"]["stdout"]).is_file()  # Slurm's log, found from the run dir
+    assert (sweep / "0" / "checkpoints").is_dir() and (sweep / "0" / "metrics.jsonl").exists()
     # The SIGTERM of the requeue was handled: the ranks stopped and saved before being killed.
     assert "stopping at step" in (sweep / "0" / "train_rank0.log").read_text()
     losses = [s["loss"] for s in read_jsonl(steps)]
