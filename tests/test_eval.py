@@ -2,7 +2,9 @@
 
 One tiny real run (6 steps, a checkpoint every 3) serves every test; the topology runs in
 test_topologies.py check that sharded (FSDP2 x TP, PP x DDP) checkpoints reproduce their
-run's final validation numbers.
+run's final validation numbers. The first test runs the installed console script as a user
+does; the others call its main() in this process (`tool_in_process`: eval trains nothing, and
+each process start-up costs ~3 s of torch and SpikingJelly imports).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 
 from experiments.snn.engines.spikingjelly_checkpoints import read_shard
 
-from .conftest import run_cli, run_tool
+from .conftest import run_cli, run_tool, tool_in_process
 
 pytestmark = pytest.mark.slow
 
@@ -40,8 +42,14 @@ def run_dir(module_tmp: Callable[[str], Path]) -> Path:
 
 
 def evaluate(run_dir: Path, *args: str) -> tuple[int, str, str]:
+    """The installed experiments-eval, in a process of its own."""
     result = run_tool("experiments-eval", [*map(str, args)], cwd=run_dir.parent)
     return result.returncode, result.stdout, result.stderr
+
+
+def evaluate_here(capsys: pytest.CaptureFixture, *args: str | Path) -> tuple[int, str, str]:
+    """experiments-eval's main() in this process: (exit status, stdout, stderr)."""
+    return tool_in_process("eval", list(args), capsys)
 
 
 @pytest.mark.smoke
@@ -85,10 +93,10 @@ def test_eval_of_a_run_reproduces_its_final_validation_and_draws_the_confusion_m
 
 
 def test_a_checkpoint_path_evaluates_that_checkpoint_and_data_can_be_overridden(
-    run_dir: Path,
+    run_dir: Path, capsys: pytest.CaptureFixture
 ) -> None:
     older = run_dir / "checkpoints" / "step_00000003"
-    code, _, err = evaluate(run_dir, older, "data.val_size=32", "trainer.batch_size=16")
+    code, _, err = evaluate_here(capsys, older, "data.val_size=32", "trainer.batch_size=16")
     assert code == 0, err
     record = json.loads((run_dir / "eval.json").read_text())
     assert (record["step"], record["images"]) == (3, 32)
@@ -96,13 +104,13 @@ def test_a_checkpoint_path_evaluates_that_checkpoint_and_data_can_be_overridden(
 
 
 def test_an_unreadable_newest_checkpoint_falls_back_to_the_previous_one(
-    run_dir: Path, tmp_path: Path
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
     (data,) = (copy / "checkpoints" / "step_00000006" / "pp_0000_tp_0000").glob("*.distcp")
     data.write_bytes(data.read_bytes()[:1000])  # a torn write
-    code, _, err = evaluate(copy, copy)
+    code, _, err = evaluate_here(capsys, copy)
     assert code == 0, err
     assert "cannot load" in err and "step_00000006" in err
     assert json.loads((copy / "eval.json").read_text())["step"] == 3
@@ -137,7 +145,9 @@ def test_a_path_that_is_not_a_run_is_refused(tmp_path: Path) -> None:
     assert code == 2 and "run=" in err
 
 
-def test_eval_of_a_classic_trainer_run_reproduces_its_validation(tmp_path: Path) -> None:
+def test_eval_of_a_classic_trainer_run_reproduces_its_validation(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     """trainer=classify keeps the Trainer's own .pth files; eval reads the latest one and
     scores it with the Trainer's criterion (label smoothing), reproducing the run's numbers."""
     run_dir = tmp_path / "classify"
@@ -147,7 +157,7 @@ def test_eval_of_a_classic_trainer_run_reproduces_its_validation(tmp_path: Path)
     ]
     result = run_cli([*args, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    code, _, err = evaluate(run_dir, run_dir)
+    code, _, err = evaluate_here(capsys, run_dir)
     assert code == 0, err
     record = json.loads((run_dir / "eval.json").read_text())
     final = json.loads((run_dir / "summary.json").read_text())["metrics"]
@@ -197,7 +207,7 @@ def test_export_writes_one_file_that_eval_takes_and_refuses_bad_input(
     moved.parent.mkdir()
     shutil.move(exported, moved)
     shutil.move(f"{exported}.json", f"{moved}.json")
-    code, _, err = evaluate(copy, moved)
+    code, _, err = evaluate_here(capsys, moved)
     assert code == 0, err
     record = json.loads((copy / "eval.json").read_text())
     final = json.loads((copy / "summary.json").read_text())["metrics"]
@@ -250,7 +260,7 @@ def _as_retired_cpu_engine_run(run_dir: Path, copy: Path) -> None:
 
 
 def test_a_retired_cpu_engine_run_is_refused_on_resume_and_still_evaluated_and_exported(
-    run_dir: Path, tmp_path: Path
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     """Resuming a run our retired CPU engine recorded is refused before launch, one line
     naming the engine and what to do, nothing written; experiments-eval and experiments-export
@@ -269,12 +279,12 @@ def test_a_retired_cpu_engine_run_is_refused_on_resume_and_still_evaluated_and_e
     assert "resume=null retrains this run in its directory" in line
     assert sorted((p.relative_to(copy), p.stat().st_mtime_ns) for p in copy.rglob("*")) == before
 
-    code, _, err = evaluate(copy, copy)
+    code, _, err = evaluate_here(capsys, copy)
     assert code == 0, err
     record = json.loads((copy / "eval.json").read_text())
     final = json.loads((copy / "summary.json").read_text())["metrics"]
     assert record["checkpoint"].endswith("step_00000006") and record["engine"] == "cpu"
     assert abs(record["val_accuracy"] - final["val_accuracy"]) <= 1e-6
-    exported = run_tool("experiments-export", [str(copy)], cwd=tmp_path)
-    assert exported.returncode == 0, exported.stderr[-2000:]
+    code, _, err = tool_in_process("export", [copy], capsys)
+    assert code == 0, err[-2000:]
     assert (copy / "export" / "sew_resnet18-step6.pt").is_file()

@@ -4,7 +4,8 @@ Budget: only the demo test trains at demo length. Each recipe trains once at a s
 (module fixture `trained`), read by several tests: learning against the untrained generator,
 the run directory's files and records, and (dcgan) the source checkpoint of resume_from and
 load_from. Everything else trains tiny: a few iterations (the kill test a few dozen, so that
-the kill lands mid-run).
+the kill lands mid-run). The tiny lsgan run on colour images (module fixture `colour_run`) is
+also the logger group's GAN run: it logs into every logger, read back here.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from experiments.gan.plan import GANPlan
 
 from .conftest import CLI, REPO, plan_for, read_jsonl, run_cli, run_cli_in_process
 from .recorded_data import read_indices
+from .support.logger_records import csv_rows, history, mlflow_runs, same, tensorboard_events
+from .support.wandb_records import read_run
 
 pytestmark = pytest.mark.gan
 
@@ -403,14 +406,60 @@ def test_sweep_over_recipes_reports_swd_lower_is_better(tmp_path: Path) -> None:
     assert (sweep / "metric_vs_model.png").exists()
 
 
+LOGGERS = "logger=[tensorboard,csv,mlflow,wandb]"
+
+
+@pytest.fixture(scope="module")
+def colour_run(module_tmp: Callable[[str], Path], imagefolder_session: Path) -> Path:
+    """lsgan's TINY run on the session's colour image folder, into every logger: the GAN
+    family's smoke run, and the GAN run whose loggers the logger group reads back (one run
+    for both; test_loggers.py covers the SNN runs and the sweep)."""
+    run_dir = module_tmp("colour") / "run"
+    data = ["data=imagefolder", f"data.root={imagefolder_session}"]
+    _run(["model=lsgan", *data, *TINY, LOGGERS], run_dir)
+    return run_dir
+
+
 @pytest.mark.slow
 @pytest.mark.smoke  # the GAN family's tiny real run in `make check`
-def test_imagefolder_colour_images_train(tmp_path: Path, imagefolder: Path) -> None:
-    run_dir = tmp_path / "run"
-    _run(["model=lsgan", "data=imagefolder", f"data.root={imagefolder}", *TINY], run_dir)
-    assert _summary(run_dir)["metrics"]["eval_images"] == 40  # all 40 training images
-    grid = Image.open(run_dir / "training_samples" / "final.png")
+def test_imagefolder_colour_images_train(colour_run: Path) -> None:
+    assert _summary(colour_run)["metrics"]["eval_images"] == 40  # all 40 training images
+    grid = Image.open(colour_run / "training_samples" / "final.png")
     assert grid.mode == "RGB" and grid.size == (128, 128)
+
+
+@pytest.mark.slow
+def test_gan_run_logs_through_mmcv_hooks(colour_run: Path) -> None:
+    """Per-iteration metrics come from mmcv's own logger hooks (their tags: learning_rate/*,
+    momentum/*, the raw loss terms); parameters, tags, final metrics and the sample grids from
+    the logger, into the same run."""
+    run_dir = colour_run
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    fake = [(r["step"], r["loss_disc_fake"]) for r in records]
+    assert [s for s, _ in fake] == [1, 2, 3, 4]
+    swd = _summary(run_dir)["metrics"]["swd"]
+
+    client, (run,) = mlflow_runs(run_dir)
+    hooked = history(client, run.info.run_id, "train/loss_disc_fake")
+    assert same(hooked, fake, rel=1e-5)  # logged by mmcv's MlflowLoggerHook
+    assert history(client, run.info.run_id, "learning_rate/generator")  # mmcv's tags
+    assert run.data.metrics["final/swd"] == pytest.approx(swd)
+    assert run.data.params["model.iters"] == "4" and run.data.tags["engine"] == "mmgen"
+    artefacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"plan.json", "final.png", "iter_2.png", "iter_4.png"} <= artefacts
+
+    wandb = read_run(run_dir)
+    assert [h["_step"] for h in wandb["history"] if "learning_rate/generator" in h] == [1, 2, 3, 4]
+    assert wandb["summary"]["final/swd"] == pytest.approx(swd)
+    assert {"final.png", "plan.json"} <= set(wandb["files"])
+
+    scalars, hparams = tensorboard_events(run_dir / "tensorboard")
+    assert same(scalars["train/loss_disc_fake"], fake)  # mmcv's TensorboardLoggerHook
+    assert same(scalars["final/swd"], [(0, swd)])
+    assert hparams["model.iters"] == 4
+
+    rows = csv_rows(run_dir)  # mmcv has no CSV hook: the recorder writes it
+    assert same([(int(r["step"]), float(r["train/loss_disc_fake"])) for r in rows], fake)
 
 
 def _generator_parameters(path: Path) -> dict[str, torch.Tensor]:

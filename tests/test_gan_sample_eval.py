@@ -1,9 +1,10 @@
 """`experiments-sample` and `experiments-eval` on a GAN run, and the CPU run's own notice.
 
 Budget: one tiny dcgan run on the session's image folder (colour, 40 train and 40 val images;
-20 iterations, a checkpoint every 10) serves every test. Each console script runs once as a
-real process; the other calls go through the same entry functions in this process (their
-imports, about 5 s a process, would otherwise dominate).
+20 iterations, a checkpoint every 10) serves every test. Every call goes through the tools'
+entry functions in this process (their imports, about 5 s a process, would otherwise
+dominate); the installed console scripts run as real processes on a dcgan run in
+test_gpu_check.py's rehearsal (its eval_gan and sample_gan checks).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from .conftest import run_cli, run_tool, tool_in_process
+from .conftest import run_cli, tool_in_process
 
 pytestmark = [pytest.mark.gan, pytest.mark.slow]
 
@@ -66,11 +67,11 @@ def test_a_cpu_run_says_cpu_training_is_for_debugging_with_its_speed(
 
 
 def test_eval_reproduces_the_runs_final_metrics_from_its_newest_checkpoint(
-    run: tuple[Path, str],
+    run: tuple[Path, str], capsys: pytest.CaptureFixture
 ) -> None:
     run_dir, _ = run
-    result = run_tool("experiments-eval", [str(run_dir)], cwd=run_dir.parent)
-    assert result.returncode == 0, result.stderr[-3000:]
+    code, out, err = tool_in_process("eval", [run_dir], capsys)
+    assert code == 0, err[-3000:]
     record = json.loads((run_dir / "eval.json").read_text())
     final = json.loads((run_dir / "summary.json").read_text())["metrics"]
     assert record["iteration"] == ITERS
@@ -83,8 +84,8 @@ def test_eval_reproduces_the_runs_final_metrics_from_its_newest_checkpoint(
     assert metrics["ms_ssim"] == pytest.approx(final["ms_ssim"], rel=1e-6)
     assert record["data"]["image_root"].endswith("/train")
     assert "VGG16" in record["not_computed"]["precision_recall"]
-    assert f"the run recorded {final['swd']:.4f}" in result.stdout
-    assert "eval.json" in result.stdout
+    assert f"the run recorded {final['swd']:.4f}" in out
+    assert "eval.json" in out
 
 
 def test_eval_of_an_older_checkpoint_on_other_data(
@@ -126,17 +127,14 @@ def test_eval_refuses_what_it_cannot_change_in_one_line(
 
 
 def test_sample_writes_a_grid_and_the_images_of_the_newest_checkpoint(
-    run: tuple[Path, str], tmp_path: Path
+    run: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     run_dir, _ = run
     out = tmp_path / "grid.png"
-    result = run_tool(
-        "experiments-sample",
-        [str(run_dir), "--num", "12", "--seed", "5", "--npz", "--out", str(out)],
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert f"iteration {ITERS}" in result.stdout
+    arguments = [run_dir, "--num", "12", "--seed", "5", "--npz", "--out", out]
+    code, stdout, err = tool_in_process("sample", arguments, capsys)
+    assert code == 0, err[-3000:]
+    assert f"iteration {ITERS}" in stdout
     saved = np.load(out.with_suffix(".npz"))
     images = saved["images"]
     assert images.shape == (12, 32, 32, 3) and images.dtype == np.uint8

@@ -1,9 +1,9 @@
 """The logger group: each logger read back through its own API or files after a tiny SNN
-run, a tiny GAN run and a 2-point sweep; loggers that cannot work refused before launch."""
+run and a 2-point sweep (a GAN run's: test_gan.py, on the tiny run that suite makes anyway);
+loggers that cannot work refused before launch."""
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 from collections.abc import Callable
@@ -15,6 +15,14 @@ from experiments.errors import ConfigError
 from experiments.snn.spikes_file import read as read_spikes
 
 from .conftest import REPO, plan_for, read_jsonl, run_cli
+from .support.logger_records import (
+    csv_rows,
+    history,
+    mlflow_runs,
+    same,
+    tensorboard_events,
+    tensorboard_histograms,
+)
 from .support.wandb_records import read_run
 
 ALL = "logger=[tensorboard,csv,mlflow,wandb]"
@@ -27,82 +35,6 @@ SNN = [
     "trainer.epochs=2",
     "trainer.log_every_n_steps=1",
 ]
-GAN = [
-    "model=dcgan",
-    "data=digits",
-    "model.iters=4",
-    "model.batch_size=16",
-    "model.log_interval=1",  # mmcv's hooks log the mean over the interval: here, the value
-    "model.sample_interval=2",
-    "model.eval_images=64",
-]
-
-
-# ------------------------------------------------------------------ read back
-
-
-def mlflow_runs(store: Path) -> tuple[object, list]:
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
-    experiments = client.search_experiments()
-    runs = [r for e in experiments for r in client.search_runs([e.experiment_id])]
-    return client, runs
-
-
-def history(client: object, run_id: str, key: str) -> list[tuple[int, float]]:
-    return [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
-
-
-def tensorboard_events(log_dir: Path) -> tuple[dict[str, list[tuple[int, float]]], dict]:
-    """Scalars by tag, and the HParams plugin's session-start hparams."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.plugins.hparams import plugin_data_pb2
-
-    scalars: dict[str, list[tuple[int, float]]] = {}
-    hparams: dict = {}
-    for events in sorted(log_dir.glob("events.out.tfevents.*")):
-        accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
-        accumulator.Reload()
-        for tag in accumulator.Tags()["scalars"]:
-            scalars.setdefault(tag, []).extend((e.step, e.value) for e in accumulator.Scalars(tag))
-        try:
-            contents = accumulator.PluginTagToContent("hparams").values()
-        except KeyError:  # an event file without HParams data (e.g. mmcv's hook's)
-            contents = []
-        for content in contents:
-            data = plugin_data_pb2.HParamsPluginData.FromString(content)
-            if data.HasField("session_start_info"):
-                for key, value in data.session_start_info.hparams.items():
-                    hparams[key] = value.WhichOneof("kind") and getattr(
-                        value, value.WhichOneof("kind")
-                    )
-    return scalars, hparams
-
-
-def tensorboard_histograms(log_dir: Path, tag: str) -> list[tuple[int, float]]:
-    """(step, number of values) of each histogram logged under `tag`."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    found: list[tuple[int, float]] = []
-    for events in sorted(log_dir.glob("events.out.tfevents.*")):
-        accumulator = EventAccumulator(str(events), size_guidance={"histograms": 0})
-        accumulator.Reload()
-        if tag in accumulator.Tags()["histograms"]:
-            found.extend((e.step, e.histogram_value.num) for e in accumulator.Histograms(tag))
-    return found
-
-
-def csv_rows(run_dir: Path) -> list[dict[str, str]]:
-    with open(run_dir / "csv" / "metrics.csv", newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def same(found: list, expected: list, rel: float = 1e-6) -> bool:
-    """(step, value) pairs: the same steps, values equal to float32 precision."""
-    assert [step for step, _ in found] == [step for step, _ in expected]
-    assert [value for _, value in found] == pytest.approx([v for _, v in expected], rel=rel)
-    return True
 
 
 def jsonl(path: Path) -> list[dict]:
@@ -190,44 +122,6 @@ def summary_lr(run_dir: Path) -> float:
     import yaml
 
     return yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())["optimizer"]["lr"]
-
-
-@pytest.mark.slow
-@pytest.mark.gan
-def test_gan_run_logs_through_mmcv_hooks(tmp_path: Path) -> None:
-    """Per-iteration metrics come from mmcv's own logger hooks (their tags: learning_rate/*,
-    momentum/*, the raw loss terms); parameters, tags, final metrics and the sample grids from
-    the logger, into the same run."""
-    pytest.importorskip("mmgen")
-    run_dir = tmp_path / "gan"
-    result = run_cli([*GAN, ALL, f"hydra.run.dir={run_dir}"], cwd=tmp_path, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    records = jsonl(run_dir / "metrics.jsonl")
-    fake = [(r["step"], r["loss_disc_fake"]) for r in records]
-    assert [s for s, _ in fake] == [1, 2, 3, 4]
-    swd = json.loads((run_dir / "summary.json").read_text())["metrics"]["swd"]
-
-    client, (run,) = mlflow_runs(run_dir)
-    hooked = history(client, run.info.run_id, "train/loss_disc_fake")
-    assert same(hooked, fake, rel=1e-5)  # logged by mmcv's MlflowLoggerHook
-    assert history(client, run.info.run_id, "learning_rate/generator")  # mmcv's tags
-    assert run.data.metrics["final/swd"] == pytest.approx(swd)
-    assert run.data.params["model.iters"] == "4" and run.data.tags["engine"] == "mmgen"
-    artefacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"plan.json", "final.png", "iter_2.png", "iter_4.png"} <= artefacts
-
-    wandb = read_run(run_dir)
-    assert [h["_step"] for h in wandb["history"] if "learning_rate/generator" in h] == [1, 2, 3, 4]
-    assert wandb["summary"]["final/swd"] == pytest.approx(swd)
-    assert {"final.png", "plan.json"} <= set(wandb["files"])
-
-    scalars, hparams = tensorboard_events(run_dir / "tensorboard")
-    assert same(scalars["train/loss_disc_fake"], fake)  # mmcv's TensorboardLoggerHook
-    assert same(scalars["final/swd"], [(0, swd)])
-    assert hparams["model.iters"] == 4
-
-    rows = csv_rows(run_dir)  # mmcv has no CSV hook: the recorder writes it
-    assert same([(int(r["step"]), float(r["train/loss_disc_fake"])) for r in rows], fake)
 
 
 @pytest.mark.slow
