@@ -319,8 +319,7 @@ def _training_config(
     model_config: ModelConfig,
     values: dict[str, Any],
     trainer: dict[str, Any],
-    optimizer_name: str,
-    optimizer_kwargs: dict[str, Any],
+    optimizer: tuple[str, dict[str, Any]],
     data_kwargs: dict[str, Any],
     dims: ParallelDims,
     run_dir: Path,
@@ -344,8 +343,8 @@ def _training_config(
             pipeline_parallel_size=dims.pipeline_parallel_size,
             pipeline_microbatches=dims.pipeline_microbatches,
             data_parallel=dims.data_parallel,
-            optimizer=optimizer_name,
-            optimizer_kwargs=optimizer_kwargs,
+            optimizer=optimizer[0],  # (name, keyword arguments): optimizer_group.checked
+            optimizer_kwargs=optimizer[1],
             scheduler_kwargs=trainer["scheduler_kwargs"] or {},
             # trainer=classify has none of the loss keys (its Trainer's own label_smoothing)
             loss_function=trainer.get("loss_function", LIBRARY_LOSS),
@@ -486,14 +485,9 @@ def build_snn_plan(
         cfg = _folder_classes(cfg, values["data"])
         values = _resolve(cfg)
     classic, resume, trainer = _checked_trainer(values)
-    optimizer_name, optimizer_kwargs = optimizer_group.checked(values["optimizer"])
+    optimizer = optimizer_group.checked(values["optimizer"])  # (name, keyword arguments)
 
-    data_kwargs = data_group.dataset_kwargs(cfg.data)
-    _check_data(values["data"])
-    model_config = instantiate_model_config(cfg.model)
-    caps = capabilities(model_config)
-    model_name = choices.get("model", type(model_config).__name__)
-    _check_model_against_data(model_config, values["data"], caps, model_name)
+    data_kwargs, model_config, caps, model_name = _model_on_its_data(cfg, values, choices)
 
     launcher = values["launcher"]
     module = launcher_module(launcher["name"])
@@ -517,21 +511,13 @@ def build_snn_plan(
         model_config,
         values,
         classify_plan.training_view(trainer) if classic else trainer,
-        optimizer_name,
-        optimizer_kwargs,
+        optimizer,
         data_kwargs,
         dims,
         run_dir,
         resume,
     )
-    execution = "compile" if trainer.get("execution_mode") == "compile" else "eager"
-    neuron = neurons.checked(
-        values["model"].get("neuron_implementation", "auto"), model_config, device, execution
-    )
-    if trainer.get("memopt_level") and not caps.memopt:
-        raise ConfigError(
-            "trainer.memopt_level", trainer["memopt_level"], f"0: {model_name} has no memopt split"
-        )
+    neuron = _checked_neuron(values["model"], trainer, model_config, caps, device, model_name)
     _check_reshard(run_dir, extensions, engine, dims, trainer, resume, model_config)
     return _with_recipe_card(
         SNNPlan(
@@ -552,20 +538,77 @@ def build_snn_plan(
             extensions=extensions,
             spikes=spike_settings,
             neuron=neuron,
-            trainer_args=classify_plan.arguments(
+            trainer_args=_classic_arguments(
+                classic,
                 trainer,
-                device=device,
-                optimizer=optimizer_name,
-                optimizer_kwargs=optimizer_kwargs,
-                seed=values["seed"],
-                run_dir=run_dir,
-                model=model_name,
-            )
-            if classic
-            else [],
+                device,
+                optimizer,
+                values["seed"],
+                run_dir,
+                model_name,
+            ),
         ),
         values,
         classic,
+    )
+
+
+def _model_on_its_data(
+    cfg: DictConfig, values: dict[str, Any], choices: dict[str, str]
+) -> tuple[dict[str, Any], ModelConfig, Any, str]:
+    """The builder's data keys, checked, and the model's config checked against what the
+    data gives (channels, input size, classes): with the model's capabilities and name."""
+    data_kwargs = data_group.dataset_kwargs(cfg.data)
+    _check_data(values["data"])
+    model_config = instantiate_model_config(cfg.model)
+    caps = capabilities(model_config)
+    model_name = choices.get("model", type(model_config).__name__)
+    _check_model_against_data(model_config, values["data"], caps, model_name)
+    return data_kwargs, model_config, caps, model_name
+
+
+def _checked_neuron(
+    model: dict[str, Any],
+    trainer: dict[str, Any],
+    model_config: ModelConfig,
+    caps: Any,
+    device: str,
+    model_name: str,
+) -> Any:
+    """The neuron implementation this device and execution mode run, and memopt only where
+    the model has a memopt split."""
+    execution = "compile" if trainer.get("execution_mode") == "compile" else "eager"
+    neuron = neurons.checked(
+        model.get("neuron_implementation", "auto"), model_config, device, execution
+    )
+    if trainer.get("memopt_level") and not caps.memopt:
+        raise ConfigError(
+            "trainer.memopt_level", trainer["memopt_level"], f"0: {model_name} has no memopt split"
+        )
+    return neuron
+
+
+def _classic_arguments(
+    classic: bool,
+    trainer: dict[str, Any],
+    device: str,
+    optimizer: tuple[str, dict[str, Any]],
+    seed: int,
+    run_dir: Path,
+    model_name: str,
+) -> list[str]:
+    """The classic Trainer's command line (trainer=classify); SpikingJelly's loop has none."""
+    if not classic:
+        return []
+    name, kwargs = optimizer
+    return classify_plan.arguments(
+        trainer,
+        device=device,
+        optimizer=name,
+        optimizer_kwargs=kwargs,
+        seed=seed,
+        run_dir=run_dir,
+        model=model_name,
     )
 
 
