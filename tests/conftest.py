@@ -3,7 +3,8 @@
 Also what keeps the suite honest and tidy:
 - under CI (CI=true) a test marked slurm, dist or gan that is skipped is reported as FAILED
   (green must mean tested); the Slurm cluster that cannot start fails there too;
-- every process a test starts dies with it (tests/support/processes.py);
+- every process a test starts dies with it, a module fixture's with its module
+  (tests/support/processes.py);
 - caches (the GAN data cache, matplotlib's, anything under XDG_CACHE_HOME) go to a directory
   of this test session, inherited by every child process and Slurm job, never to ~/.cache.
 """
@@ -225,7 +226,7 @@ def _processes_die_with_their_test():
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    processes.kill_spawned_and_leftovers()
+    processes.kill_spawned_and_leftovers(modules=True)
 
 
 def compose_run(overrides: list[str]) -> DictConfig:

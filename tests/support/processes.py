@@ -1,11 +1,13 @@
-"""Every process a test starts dies with it.
+"""Every process a test starts dies with it (a module fixture's, with its module).
 
 Each child starts in a session of its own (its process group is the child and whatever it
 forks) and carries a tag in its environment, which every descendant inherits: torchrun's
 workers (torchrun starts each one in a session of its own), sweep points, Slurm jobs submitted
 by the child (sbatch exports the environment). On a timeout, an error, or at the end of the
 test, the child's process group and every process carrying its tag are SIGKILLed, so nothing
-it started outlives the test, not even an orphan re-parented to init.
+it started outlives the test, not even an orphan re-parented to init. A child a module fixture
+spawns for the module's tests (`spawn(..., module=True)`) is spared at each test's end and
+killed the same way by the fixture's teardown (`end`), or at the session's end.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -28,6 +30,7 @@ SESSION = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
 _issued = 0  # tags handed out so far
 _swept = 0  # tags handed out before the last sweep that found nothing left
 _spawned: list[tuple[subprocess.Popen, str]] = []
+_modules: dict[str, subprocess.Popen] = {}  # tag -> a module fixture's child
 
 
 def new_tag() -> str:
@@ -36,9 +39,11 @@ def new_tag() -> str:
     return f"{SESSION}:{_issued}"
 
 
-def tagged_pids(tag: str | None = None) -> set[int]:
-    """Live processes carrying `tag` (or any tag of this session when None)."""
+def tagged_pids(tag: str | None = None, sparing: Collection[str] = ()) -> set[int]:
+    """Live processes carrying `tag` (or any tag of this session but those `sparing` when
+    None)."""
     exact = f"{TAG_VAR}={tag}".encode() if tag else None
+    spared = {f"{TAG_VAR}={kept}".encode() for kept in sparing}
     prefix = f"{TAG_VAR}={SESSION}:".encode()
     own = os.getpid()
     found: set[int] = set()
@@ -51,7 +56,8 @@ def tagged_pids(tag: str | None = None) -> set[int]:
             continue
         for item in environ.split(b"\0"):
             if item == exact if exact else item.startswith(prefix):
-                found.add(int(entry.name))
+                if item not in spared:
+                    found.add(int(entry.name))
                 break
     return found
 
@@ -61,14 +67,15 @@ def _signal(action, target: int) -> None:
         action(target, signal.SIGKILL)
 
 
-def kill(proc: subprocess.Popen | None, tag: str | None) -> None:
+def kill(proc: subprocess.Popen | None, tag: str | None, sparing: Collection[str] = ()) -> None:
     """SIGKILL the child's process group (while the child is unreaped its pid cannot be
-    reused) and every process carrying `tag`, with the groups they lead; repeat until none
-    is left (a process forked between two scans carries the tag too)."""
+    reused) and every process carrying `tag` (any tag but those `sparing` when None), with
+    the groups they lead; repeat until none is left (a process forked between two scans
+    carries the tag too)."""
     if proc is not None and proc.returncode is None:
         _signal(os.killpg, proc.pid)
     for _ in range(200):
-        pids = tagged_pids(tag)
+        pids = tagged_pids(tag, sparing)
         if not pids:
             break
         for pid in pids:
@@ -145,10 +152,13 @@ def spawn(
     env: Mapping[str, str] | None = None,
     stdout: IO[Any] | int | None = subprocess.DEVNULL,
     stderr: IO[Any] | int | None = subprocess.DEVNULL,
+    module: bool = False,
 ) -> subprocess.Popen:
     """A background child for the test to poke at (kill a rank, requeue its job). Killed,
-    with everything it started, when the test ends (conftest), pass or fail. Prefer files
-    over pipes for its output: an unread pipe fills up and blocks the child."""
+    with everything it started, when the test ends (conftest), pass or fail; with `module`,
+    a module fixture's child for the module's tests, killed by the fixture's teardown
+    (`end`). Prefer files over pipes for its output: an unread pipe fills up and blocks the
+    child."""
     tag = new_tag()
     proc = subprocess.Popen(
         list(cmd),
@@ -161,20 +171,33 @@ def spawn(
         start_new_session=True,
     )
     proc.tag = tag  # type: ignore[attr-defined]
-    _spawned.append((proc, tag))
+    if module:
+        _modules[tag] = proc
+    else:
+        _spawned.append((proc, tag))
     return proc
 
 
-def kill_spawned_and_leftovers() -> None:
+def end(proc: subprocess.Popen) -> None:
+    """A module fixture's child (spawn(..., module=True)) and all it started, killed."""
+    _modules.pop(proc.tag, None)  # type: ignore[attr-defined]
+    kill(proc, proc.tag)  # type: ignore[attr-defined]
+
+
+def kill_spawned_and_leftovers(modules: bool = False) -> None:
     """End of a test: every spawned child's tree, then anything of this session still alive
-    (no scan of /proc when no child was started since the last one)."""
+    (no scan of /proc when no child was started since the last one) but the module fixtures'
+    children; with `modules` (the session's end), those too."""
     global _swept
     issued = _issued
     while _spawned:
         proc, tag = _spawned.pop()
         kill(proc, tag)
-    if issued != _swept:
-        kill(None, None)
+    while modules and _modules:
+        tag, proc = _modules.popitem()
+        kill(proc, tag)
+    if issued != _swept or modules:
+        kill(None, None, sparing=_modules)
         _swept = issued
 
 
