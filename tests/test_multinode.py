@@ -4,8 +4,9 @@ scripts/slurm/cluster.sh --nodes 2) and two torchrun agents with a c10d rendezvo
 Every multi-node run is compared with the same run on one node under local torchrun: the
 losses and every tensor of the final checkpoint agree (1e-5), and summary.json shows where
 each rank ran. The runs are small (SEW-ResNet18, 16x16 synthetic images, T=2) and cached per
-module: each reference is trained once. The GAN over two Slurm nodes is test_gan_distributed.py's
-requeue test.
+module: each reference is trained once. The time-limit test's job, which mostly waits for
+Slurm's clock, runs beside the other tests from the module's start (time_limited_job). The GAN
+over two Slurm nodes is test_gan_distributed.py's requeue test.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -201,9 +202,13 @@ def placements(run_dir: Path) -> list[dict]:
     return sorted(summary(run_dir)["ranks"], key=lambda r: r["rank"])
 
 
+def trained(steps: Path, count: int) -> bool:
+    return steps.exists() and len(steps.read_text().splitlines()) >= count
+
+
 def wait_for_steps(steps: Path, count: int, proc: subprocess.Popen, log: Path) -> None:
     deadline = time.time() + 240
-    while not (steps.exists() and len(steps.read_text().splitlines()) >= count):
+    while not trained(steps, count):
         if time.time() > deadline or proc.poll() is not None:
             # The login reports on stdout, the ranks in their logs: all of it, to read why.
             said = [log, log.with_suffix(".stdout"), *sorted(steps.parent.glob("*.log"))]
@@ -352,9 +357,65 @@ def test_requeue_of_a_two_node_job_stops_all_ranks_and_resumes_the_trajectory(
     assert_same_run(run_dir, references.ddp())  # each step once, on the same trajectory
 
 
+TIME_LIMITED = [
+    *BASE,
+    "topology=ddp",
+    "trainer.epochs=1000",
+    "trainer.checkpoint_interval=100000",
+    *TWO_NODES,
+    "launcher.timeout_min=2",
+    "launcher.signal_delay_s=45",
+    "launcher.max_requeues=1",
+]
+TIME_LIMIT_TEST = "test_time_limit_checkpoints_requeues_and_ends_interrupted_after_the_last_requeue"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def time_limited_job(
+    request: pytest.FixtureRequest, module_tmp: Callable[[str], Path]
+) -> Iterator[tuple[Path, subprocess.Popen] | None]:
+    """The time-limit test's job (its folder and login), started with the module when that
+    test is selected: its ~2.5 minutes are mostly Slurm's clock, its ranks sleeping between
+    steps, spent beside the module's other tests instead of on their own (139 s of the
+    module's 462 in a clean clone). Its first step is awaited here, before they start: its
+    start-up, which Slurm's first signal must not overtake, has the CPU it had alone. Its
+    processes end with the module; the test reads what the job left."""
+    if not any(item.name == TIME_LIMIT_TEST for item in request.session.items):
+        yield None
+        return
+    try:
+        request.getfixturevalue("slurm_cluster")
+    except (pytest.skip.Exception, pytest.fail.Exception):
+        yield None  # the test asks for the cluster too, and says why it has none
+        return
+    folder = module_tmp("time_limit")
+    with open(folder / "login.stderr", "w") as stderr, open(folder / "login.stdout", "w") as out:
+        proc = processes.spawn(
+            [CLI, *TIME_LIMITED, f"hydra.sweep.dir={folder / 'sweep'}"],
+            cwd=folder,
+            # Training only fills the time until Slurm's signal: at a fraction of the CPU. A
+            # step and its 3 s sleep are far inside the 38 s between the signal and the limit,
+            # and each attempt still trains 8 steps or more (at 0.5 s both ranks trained
+            # several times as many, CPU that nothing here reads).
+            env=cli_env({"PYTHONPATH": on_python_path(SITE), "EXPERIMENTS_TEST_STEP_SLEEP": "3"}),
+            stdout=out,
+            stderr=stderr,
+            module=True,
+        )
+    deadline = time.time() + 240  # (the test fails, with the job's logs, if it never trains)
+    while not trained(folder / "sweep" / "0" / "steps.jsonl", 1):
+        if time.time() > deadline or proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    try:
+        yield folder, proc
+    finally:
+        processes.end(proc)
+
+
 @pytest.mark.slurm
 def test_time_limit_checkpoints_requeues_and_ends_interrupted_after_the_last_requeue(
-    slurm_cluster, tmp_path: Path
+    slurm_cluster, time_limited_job: tuple[Path, subprocess.Popen] | None
 ) -> None:
     """A 2-minute job asks for SIGUSR2 45 s before its limit. Slurm sends it at one of its
     periodic checks (seen here: up to 23 s earlier or 7 s later than asked), so 50-82 s into
@@ -362,36 +423,18 @@ def test_time_limit_checkpoints_requeues_and_ends_interrupted_after_the_last_req
     in, a slow CI day once ended the job after 135 s with no step trained), and 38 s or more
     before the limit for a checkpoint. The ranks checkpoint and submitit requeues the job once
     (launcher.max_requeues=1); the second time no requeue is left, and the run ends as
-    interrupted with its checkpoint kept."""
-    sweep, log = tmp_path / "sweep", tmp_path / "login.stderr"
-    args = [
-        *BASE,
-        "topology=ddp",
-        "trainer.epochs=1000",
-        "trainer.checkpoint_interval=100000",
-        *TWO_NODES,
-        "launcher.timeout_min=2",
-        "launcher.signal_delay_s=45",
-        "launcher.max_requeues=1",
-    ]
-    with open(log, "w") as stderr, open(tmp_path / "login.stdout", "w") as stdout:
-        proc = processes.spawn(
-            [CLI, *args, f"hydra.sweep.dir={sweep}"],
-            cwd=tmp_path,
-            # Training only fills the time until Slurm's signal: at a fraction of the CPU. A
-            # step and its 3 s sleep are far inside the 38 s between the signal and the limit,
-            # and each attempt still trains 8 steps or more (at 0.5 s both ranks trained
-            # several times as many, CPU that nothing here reads).
-            env=cli_env({"PYTHONPATH": on_python_path(SITE), "EXPERIMENTS_TEST_STEP_SLEEP": "3"}),
-            stdout=stdout,
-            stderr=stderr,
-        )
+    interrupted with its checkpoint kept. The job runs from the module's start
+    (time_limited_job): when it is requeued during another test, it waits out its BeginTime
+    (the cluster's 20 s) instead of being started at once."""
+    assert time_limited_job is not None, "time_limited_job starts this test's job"
+    folder, proc = time_limited_job
+    sweep, log = folder / "sweep", folder / "login.stderr"
     run_dir = sweep / "0"
     wait_for_steps(run_dir / "steps.jsonl", 1, proc, log)
     job = summary(run_dir)["slurm"]["job_id"]
     start_now_when_pending(job, proc, time.time() + 200)
     wait_for_job(proc, 400, job, sweep, log)
-    out = (tmp_path / "login.stdout").read_text()
+    out = (folder / "login.stdout").read_text()
     assert proc.returncode == 1, log.read_text()[-3000:]
     record = summary(run_dir)
     assert record["status"] == "interrupted", record
