@@ -3,9 +3,12 @@
 Budget: only the demo test trains at demo length. Each recipe trains once at a short size
 (module fixture `trained`), read by several tests: learning against the untrained generator,
 the run directory's files and records, and (dcgan) the source checkpoint of resume_from and
-load_from. Everything else trains tiny: a few iterations (the kill test a few dozen, so that
-the kill lands mid-run). The tiny lsgan run on colour images (module fixture `colour_run`) is
-also the logger group's GAN run: it logs into every logger, read back here.
+load_from. The recipes that learn at the same batch (dcgan, ggan) train as the two points of
+one sweep (module fixture `learned`): its report is the recipe sweep's test, and its points
+start warm, forked from one process that imported torch and the engine once. Everything else
+trains tiny: a few iterations (the kill test a few dozen, so that the kill lands mid-run). The
+tiny lsgan run on colour images (module fixture `colour_run`) is also the logger group's GAN
+run: it logs into every logger, read back here.
 """
 
 from __future__ import annotations
@@ -67,11 +70,15 @@ LEARN_BATCH = {  # per recipe: lsgan (lr 1e-3, least squares) oscillates at batc
 }
 
 
-def _learn(model: str) -> list[str]:
+# Trained as the points of one sweep (`learned`): the recipes of one LEARN_BATCH.
+SWEPT = ("dcgan", "ggan")
+
+
+def _learn(batch: int) -> list[str]:
+    """The LEARN size's model options, at `batch` images an iteration."""
     return [
-        f"model={model}",
         f"model.iters={LEARN_ITERS}",
-        f"model.batch_size={LEARN_BATCH[model]}",
+        f"model.batch_size={batch}",
         "model.log_interval=1",
         f"model.sample_interval={LEARN_ITERS // 2}",
         f"model.checkpoint_interval={LEARN_ITERS // 2}",
@@ -312,13 +319,39 @@ def test_swd_is_mmgens_to_the_last_bit_with_its_projections_sorted_by_numpy() ->
     assert values[0] == values[1] and values[0] > 0
 
 
+@pytest.fixture(scope="module")
+def learned(module_tmp: Callable[[str], Path]) -> Path:
+    """The sweep directory of `-m model=dcgan,ggan` at the LEARN size (both learn at batch 16):
+    one process imports torch and the engine for both runs, and its report is the recipe
+    sweep's. `++`: the keys exist in GAN models only, and Hydra composes the sweep's base config
+    with the default (SNN) model before it expands the models."""
+    (batch,) = {LEARN_BATCH[model] for model in SWEPT}
+    sweep = module_tmp("learned") / "sweep"
+    options = ["++" + option for option in _learn(batch)]
+    result = run_cli(
+        ["-m", f"model={','.join(SWEPT)}", *options, f"hydra.sweep.dir={sweep}"],
+        cwd=sweep.parent,
+        timeout=500,
+        env=THREADS,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return sweep
+
+
 @pytest.fixture(scope="module", params=sorted(RECIPES))
 def trained(request: pytest.FixtureRequest, module_tmp: Callable[[str], Path]):
     """(model, run directory): each recipe trained once at the LEARN size, read by several
-    tests (pytest groups the tests of one recipe around its run)."""
+    tests (pytest groups the tests of one recipe around its run): a point of `learned`, or
+    (lsgan, at its own batch) a run of its own."""
     model = request.param
+    if model in SWEPT:
+        points = {
+            _summary(p)["model"]: p for p in request.getfixturevalue("learned").glob("[0-9]*")
+        }
+        assert sorted(points) == sorted(SWEPT), points
+        return model, points[model]
     run_dir = module_tmp(model) / "run"
-    _run(_learn(model), run_dir, timeout=500)
+    _run([f"model={model}", *_learn(LEARN_BATCH[model])], run_dir, timeout=500)
     return model, run_dir
 
 
@@ -389,15 +422,10 @@ def test_each_recipe_writes_records_checkpoints_and_samples_of_a_changing_genera
 
 
 @pytest.mark.slow
-def test_sweep_over_recipes_reports_swd_lower_is_better(tmp_path: Path) -> None:
-    sweep = tmp_path / "sweep"
-    # `++`: the keys exist in GAN models only, and Hydra composes the sweep's base config with
-    # the default (SNN) model before it expands model=dcgan,lsgan.
-    tiny = ["++" + option for option in TINY]
-    result = run_cli(
-        ["-m", "model=dcgan,lsgan", *tiny, f"hydra.sweep.dir={sweep}"], cwd=tmp_path, env=THREADS
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+def test_sweep_over_recipes_reports_swd_lower_is_better(learned: Path) -> None:
+    """On `learned`: a sweep over recipes that the learning tests need anyway, so no sweep of
+    its own is trained for its report."""
+    sweep = learned
     report = (sweep / "report.md").read_text()
     assert "Best swd" in report and "(lower is better)" in report
     header = next(line for line in report.splitlines() if line.startswith("| point"))
