@@ -32,15 +32,19 @@ def table(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny sizes, one run per arm, the fewest steps that time one gap, the sweep report "
+        "at 1000 points only, no sweeps: checks that every script runs and writes its row "
+        "(what tests/test_bench.py runs); its figures are not measurements",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench")
     args = parser.parse_args()
     started = time.time()
     # --quick: the smallest sizes at which every row is still measured (the test suite runs it).
     rows = [
-        *snn_overhead.measure(
-            steps=20 if args.quick else 60, repeats=1 if args.quick else 3, quick=args.quick
-        ),
+        *snn_overhead.measure(steps=60, repeats=1 if args.quick else 3, quick=args.quick),
         *gan_overhead.measure(
             iters=6 if args.quick else 200,
             log_every=1 if args.quick else 10,

@@ -38,16 +38,18 @@ BEFORE = "before (figures each time, every record re-read): 1.09 / 2.37 / 15.46 
 
 
 def measure(quick: bool) -> list[dict]:
-    return [*_report_rows(), *_overhead_rows(quick)]
+    """quick: the report rows at 1000 points only (their measure's size; 10 and 100 run the
+    same code), and no sweeps (see _overhead_rows)."""
+    return [*_report_rows((1000,) if quick else SIZES), *_overhead_rows(quick)]
 
 
-def _report_rows() -> list[dict]:
+def _report_rows(sizes: tuple[int, ...]) -> list[dict]:
     from experiments.report import FIGURE_INTERVAL_S, update_report
 
     cli: dict[int, float] = {}
     update_ms: dict[int, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for size in SIZES:
+        for size in sizes:
             sweep = make_sweep(Path(tmp) / f"cli{size}", size)
             started = time.perf_counter()
             _report_cli(sweep)
@@ -61,6 +63,7 @@ def _report_rows() -> list[dict]:
     # A 1000-point sweep: one update per point (linear between the measured sizes), plus a
     # figure drawing at most every FIGURE_INTERVAL_S (one per point for points that fast).
     total_updates = sum(_interpolate(update_ms, n) for n in range(1, 1001)) / 1000
+    at = " / ".join(str(size) for size in sizes)
     return [
         row(
             "6. Sweeps at scale",
@@ -68,16 +71,15 @@ def _report_rows() -> list[dict]:
             cli[1000],
             "<= 5",
             cli[1000] <= 5,
-            f"10 / 100 / 1000 points: {cli[10]:.2f} / {cli[100]:.2f} / {cli[1000]:.2f} s; "
-            + BEFORE,
+            f"{at} points: {' / '.join(f'{cli[n]:.2f}' for n in sizes)} s; " + BEFORE,
         ),
         row(
             "6. Sweeps at scale",
             "report update after a point at 1000 points (ms)",
             update_ms[1000],
-            notes=f"10 / 100 / 1000 points: {update_ms[10]:.1f} / {update_ms[100]:.1f} / "
-            f"{update_ms[1000]:.1f} ms (tables; figures at most every {FIGURE_INTERVAL_S:.0f} s"
-            f"); all 1000 updates of a 1000-point sweep: {total_updates:.0f} s",
+            notes=f"{at} points: {' / '.join(f'{update_ms[n]:.1f}' for n in sizes)} ms (tables;"
+            f" figures at most every {FIGURE_INTERVAL_S:.0f} s); all 1000 updates of a "
+            f"1000-point sweep: {total_updates:.0f} s",
         ),
     ]
 
