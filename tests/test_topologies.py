@@ -79,6 +79,11 @@ RUNS = {
 # Runs whose ranks record each training sample index they read (tests/recorded_data.py).
 RECORD_DIRS = {"ddp_tp": "indices", "ddp4": "indices_ddp4"}
 MODEL_DIMS = {"depth": 18, "num_classes": 10, "image_size": 16, "time_steps": 2}
+# The DDP run is point 0 of a torchrun sweep over the seed alone (COMMON's seed first), which
+# test_multirun_... reads: the sweep adds one torchrun job to the suite, not two (a job costs
+# ~15 s of start-up on 2 cores, its 8 steps ~2 s).
+SWEPT = "ddp"
+SWEEP_SEEDS = (3, 4)
 
 
 # The 4-rank TP x DDP run takes its learning rate from a user's own experiment in a
@@ -103,6 +108,8 @@ class Runs:
         (self.config_dir / "experiment" / "mine.yaml").write_text(USER_EXPERIMENT)
 
     def get(self, name: str, args: list[str] | None = None) -> Path:
+        if name == SWEPT and args is None:
+            self.sweep()
         if name not in self.done:
             run_dir = self.root / name
             overrides = args if args is not None else [*COMMON, *RUNS[name]]
@@ -121,6 +128,23 @@ class Runs:
             self.done[name] = run_dir
             self.stdout[name] = result.stdout
         return self.done[name]
+
+    def sweep(self) -> Path:
+        """The DDP run made as point 0 of a `-m` sweep over seeds (see SWEEP_SEEDS)."""
+        sweep_dir = self.root / "sweep"
+        if SWEPT not in self.done:
+            overrides = [a for a in COMMON if not a.startswith("seed=")]
+            seeds = ",".join(map(str, SWEEP_SEEDS))
+            result = run_cli(
+                ["-m", *overrides, *RUNS[SWEPT], f"seed={seeds}", f"hydra.sweep.dir={sweep_dir}"],
+                cwd=self.root,
+                timeout=400,
+                env={"PYTHONPATH": on_python_path(str(REPO))},
+            )
+            assert result.returncode == 0, f"sweep:\n{result.stderr[-4000:]}"
+            self.done[SWEPT] = sweep_dir / "0"
+            self.stdout[SWEPT] = result.stdout
+        return sweep_dir
 
     def recorded(self, name: str) -> list[str]:
         return [*RECORDED, f"+data.record_dir={self.root / RECORD_DIRS[name]}"]
@@ -587,32 +611,20 @@ def test_multirun_with_torchrun_launches_each_point_once(runs: Runs) -> None:
     """Each sweep point becomes one torchrun job in its own directory; the workers run that
     point only (they get the point's overrides, not the sweep), with the point's seed. The
     sweep varies the seed alone: the report groups the points as replicates of one
-    configuration (issue 29 on torchrun sweeps)."""
-    sweep_dir = runs.root / "sweep"
-    result = run_cli(
-        [
-            "-m",
-            *[a for a in COMMON if not a.startswith("seed=")],
-            "trainer.max_steps=2",
-            "topology=ddp",
-            *TWO,
-            "seed=1,2",
-            f"hydra.sweep.dir={sweep_dir}",
-        ],
-        cwd=runs.root,
-        timeout=400,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    configuration (issue 29 on torchrun sweeps). Its point 0 is the DDP run the other tests
+    compare with (SWEPT)."""
+    sweep_dir = runs.sweep()
     assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir()) == ["0", "1"]
     finals = []
-    for number, seed in (("0", 1), ("1", 2)):
+    for number, seed in (("0", SWEEP_SEEDS[0]), ("1", SWEEP_SEEDS[1])):
         point = sweep_dir / number
         summary = json.loads((point / "summary.json").read_text())
         assert summary["status"] == "completed" and summary["world_size"] == 2
-        assert summary["metrics"]["steps"] == 2
+        assert summary["metrics"]["steps"] == STEPS
         # the seed the workers trained with (their checkpoint's recipe), not the override
-        (recipe,) = point.glob("checkpoints/step_*/config.json")
-        assert json.loads(recipe.read_text())["seed"] == seed, number
+        recipes = list(point.glob("checkpoints/step_*/config.json"))
+        assert len(recipes) == 2, recipes  # steps 4 and 8
+        assert all(json.loads(r.read_text())["seed"] == seed for r in recipes), number
         assert not [p for p in point.iterdir() if p.is_dir() and p.name.isdigit()]
         finals.append(summary["metrics"])
     with open(sweep_dir / "report_seeds.csv", newline="") as handle:
