@@ -638,14 +638,18 @@ def test_multirun_with_torchrun_launches_each_point_once(runs: Runs) -> None:
 
 
 @pytest.mark.parametrize("name", ["single", "fsdp2_tp", "ddp_pp"])
-def test_eval_of_the_final_checkpoint_reproduces_the_runs_validation(runs: Runs, name: str) -> None:
+def test_eval_of_the_final_checkpoint_reproduces_the_runs_validation(
+    runs: Runs, name: str, capsys
+) -> None:
     """experiments-eval rebuilds one process's model from the recorded config, merges the
-    run's FSDP2/TP/PP shards and gets the run's own final validation numbers."""
-    from .conftest import run_tool
+    run's FSDP2/TP/PP shards and gets the run's own final validation numbers. Its main() runs
+    in this process (no start-up; test_eval.py and test_spikingjelly_loop_guarantees.py run
+    the console script)."""
+    from .conftest import tool_in_process
 
     run_dir = runs.get(name)
-    result = run_tool("experiments-eval", [str(run_dir)], cwd=runs.root)
-    assert result.returncode == 0, result.stderr[-3000:]
+    code, _, err = tool_in_process("eval", [run_dir], capsys)
+    assert code == 0, err[-3000:]
     evaluated = json.loads((run_dir / "eval.json").read_text())
     metrics = runs.summary(name)["metrics"]
     assert evaluated["step"] == metrics["steps"] == STEPS
