@@ -83,6 +83,8 @@ MODEL_DIMS = {"depth": 18, "num_classes": 10, "image_size": 16, "time_steps": 2}
 # test_multirun_... reads: the sweep adds one torchrun job to the suite, not two (a job costs
 # ~15 s of start-up on 2 cores, its 8 steps ~2 s).
 SWEPT = "ddp"
+# The runs others are compared with, several times each (Runs.state keeps their states).
+REFERENCES = {"single", "ddp", "fsdp2", "tp", "pp1"}
 SWEEP_SEEDS = (3, 4)
 
 
@@ -103,6 +105,7 @@ class Runs:
         self.root = root
         self.done: dict[str, Path] = {}
         self.stdout: dict[str, str] = {}
+        self.states: dict[tuple[str, int], dict[str, torch.Tensor]] = {}
         self.config_dir = root / "myconf"
         (self.config_dir / "experiment").mkdir(parents=True, exist_ok=True)
         (self.config_dir / "experiment" / "mine.yaml").write_text(USER_EXPERIMENT)
@@ -157,7 +160,17 @@ class Runs:
 
     def state(self, name: str, step: int = STEPS) -> dict[str, torch.Tensor]:
         """The run's final model state, merged from its PP/TP shards into the canonical names
-        by SpikingJelly's own merge (which refuses shards that overlap or leave a gap)."""
+        by SpikingJelly's own merge (which refuses shards that overlap or leave a gap). The
+        references' states are kept: each is compared with up to 5 runs, and a read takes ~1 s
+        (~45 MB a state)."""
+        if (name, step) not in self.states:
+            merged = self._merged_state(name, step)
+            if name not in REFERENCES:
+                return merged
+            self.states[name, step] = merged
+        return self.states[name, step]
+
+    def _merged_state(self, name: str, step: int) -> dict[str, torch.Tensor]:
         folder = self.get(name) / "checkpoints" / f"step_{step:08d}"
         _, pipeline, tensor = self.summary(name)["mesh"]["shape"]
         shards = [
