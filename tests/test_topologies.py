@@ -59,14 +59,17 @@ COMMON = [
 TWO = ["launcher=torchrun", "launcher.nproc_per_node=2"]
 FOUR = ["launcher=torchrun", "launcher.nproc_per_node=4"]
 RECORDED = ["data.builder=tests.recorded_data.build_recorded_datasets"]
+# The runs no test reads spike figures of, nor continues by the same command, measure none (a
+# run's final evaluation counts spikes on 32 images, ~2 CPU-s a 2-rank run).
+NO_SPIKES = ["trainer.spikes.images=0"]
 RUNS = {
     "single": [],
     "tp": ["topology=channel_tp", *TWO],
     "ddp": ["topology=ddp", *TWO, "trainer.check_replicas=true"],
     "fsdp2": ["topology=fsdp2", *TWO],
     "pp1": ["topology=pp", *TWO, "topology.pipeline_microbatches=1"],
-    "fsdp2_tp": ["topology=fsdp2", *FOUR, "topology.tensor_parallel_size=2"],
-    "ddp_tp": ["topology=ddp", *FOUR, "topology.tensor_parallel_size=2"],
+    "fsdp2_tp": ["topology=fsdp2", *FOUR, "topology.tensor_parallel_size=2", *NO_SPIKES],
+    "ddp_tp": ["topology=ddp", *FOUR, "topology.tensor_parallel_size=2", *NO_SPIKES],
     # trainer.global_batch_size=16 on 4 ranks: 4 a rank, the global batch of the 2-rank runs
     "ddp4": ["topology=ddp", *FOUR, "trainer.global_batch_size=16"],
     "ddp_pp": [
@@ -74,6 +77,7 @@ RUNS = {
         *FOUR,
         "topology.pipeline_parallel_size=2",
         "topology.pipeline_microbatches=1",
+        *NO_SPIKES,
     ],
 }
 # Runs whose ranks record each training sample index they read (tests/recorded_data.py).
@@ -427,7 +431,7 @@ def test_pipeline_microbatches_equal_a_single_process_accumulating_the_same_two(
     result: the pipeline schedule's micro-batches, and our accumulation inside SpikingJelly's
     training step (engines/accumulation.py). BatchNorm normalises each micro-batch on its own
     in both."""
-    one_step = [*COMMON, "trainer.max_steps=1", "trainer.checkpoint_interval=1"]
+    one_step = [*COMMON, "trainer.max_steps=1", "trainer.checkpoint_interval=1", *NO_SPIKES]
     pp2 = [*one_step, "topology=pp", *TWO, "topology.pipeline_microbatches=2"]
     accumulated = [*one_step, "trainer.global_batch_size=8", "trainer.batch_size=4"]
     runs.get("pp2", pp2)
@@ -603,6 +607,7 @@ def test_two_rank_ddp_on_digits_learns_in_two_epochs(runs: Runs, figures) -> Non
             "trainer.batch_size=16",
             "trainer.check_replicas=true",
             "trainer.log_every_n_steps=20",
+            *NO_SPIKES,
         ],
     )
     summary = json.loads((run_dir / "summary.json").read_text())
