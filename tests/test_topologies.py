@@ -59,14 +59,17 @@ COMMON = [
 TWO = ["launcher=torchrun", "launcher.nproc_per_node=2"]
 FOUR = ["launcher=torchrun", "launcher.nproc_per_node=4"]
 RECORDED = ["data.builder=tests.recorded_data.build_recorded_datasets"]
+# The runs no test reads spike figures of, nor continues by the same command, measure none (a
+# run's final evaluation counts spikes on 32 images, ~2 CPU-s a 2-rank run).
+NO_SPIKES = ["trainer.spikes.images=0"]
 RUNS = {
     "single": [],
     "tp": ["topology=channel_tp", *TWO],
     "ddp": ["topology=ddp", *TWO, "trainer.check_replicas=true"],
     "fsdp2": ["topology=fsdp2", *TWO],
     "pp1": ["topology=pp", *TWO, "topology.pipeline_microbatches=1"],
-    "fsdp2_tp": ["topology=fsdp2", *FOUR, "topology.tensor_parallel_size=2"],
-    "ddp_tp": ["topology=ddp", *FOUR, "topology.tensor_parallel_size=2"],
+    "fsdp2_tp": ["topology=fsdp2", *FOUR, "topology.tensor_parallel_size=2", *NO_SPIKES],
+    "ddp_tp": ["topology=ddp", *FOUR, "topology.tensor_parallel_size=2", *NO_SPIKES],
     # trainer.global_batch_size=16 on 4 ranks: 4 a rank, the global batch of the 2-rank runs
     "ddp4": ["topology=ddp", *FOUR, "trainer.global_batch_size=16"],
     "ddp_pp": [
@@ -74,11 +77,19 @@ RUNS = {
         *FOUR,
         "topology.pipeline_parallel_size=2",
         "topology.pipeline_microbatches=1",
+        *NO_SPIKES,
     ],
 }
 # Runs whose ranks record each training sample index they read (tests/recorded_data.py).
 RECORD_DIRS = {"ddp_tp": "indices", "ddp4": "indices_ddp4"}
 MODEL_DIMS = {"depth": 18, "num_classes": 10, "image_size": 16, "time_steps": 2}
+# The DDP run is point 0 of a torchrun sweep over the seed alone (COMMON's seed first), which
+# test_multirun_... reads: the sweep adds one torchrun job to the suite, not two (a job costs
+# ~15 s of start-up on 2 cores, its 8 steps ~2 s).
+SWEPT = "ddp"
+# The runs others are compared with, several times each (Runs.state keeps their states).
+REFERENCES = {"single", "ddp", "fsdp2", "tp", "pp1"}
+SWEEP_SEEDS = (3, 4)
 
 
 # The 4-rank TP x DDP run takes its learning rate from a user's own experiment in a
@@ -98,11 +109,14 @@ class Runs:
         self.root = root
         self.done: dict[str, Path] = {}
         self.stdout: dict[str, str] = {}
+        self.states: dict[tuple[str, int], dict[str, torch.Tensor]] = {}
         self.config_dir = root / "myconf"
         (self.config_dir / "experiment").mkdir(parents=True, exist_ok=True)
         (self.config_dir / "experiment" / "mine.yaml").write_text(USER_EXPERIMENT)
 
     def get(self, name: str, args: list[str] | None = None) -> Path:
+        if name == SWEPT and args is None:
+            self.sweep()
         if name not in self.done:
             run_dir = self.root / name
             overrides = args if args is not None else [*COMMON, *RUNS[name]]
@@ -122,6 +136,23 @@ class Runs:
             self.stdout[name] = result.stdout
         return self.done[name]
 
+    def sweep(self) -> Path:
+        """The DDP run made as point 0 of a `-m` sweep over seeds (see SWEEP_SEEDS)."""
+        sweep_dir = self.root / "sweep"
+        if SWEPT not in self.done:
+            overrides = [a for a in COMMON if not a.startswith("seed=")]
+            seeds = ",".join(map(str, SWEEP_SEEDS))
+            result = run_cli(
+                ["-m", *overrides, *RUNS[SWEPT], f"seed={seeds}", f"hydra.sweep.dir={sweep_dir}"],
+                cwd=self.root,
+                timeout=400,
+                env={"PYTHONPATH": on_python_path(str(REPO))},
+            )
+            assert result.returncode == 0, f"sweep:\n{result.stderr[-4000:]}"
+            self.done[SWEPT] = sweep_dir / "0"
+            self.stdout[SWEPT] = result.stdout
+        return sweep_dir
+
     def recorded(self, name: str) -> list[str]:
         return [*RECORDED, f"+data.record_dir={self.root / RECORD_DIRS[name]}"]
 
@@ -133,7 +164,17 @@ class Runs:
 
     def state(self, name: str, step: int = STEPS) -> dict[str, torch.Tensor]:
         """The run's final model state, merged from its PP/TP shards into the canonical names
-        by SpikingJelly's own merge (which refuses shards that overlap or leave a gap)."""
+        by SpikingJelly's own merge (which refuses shards that overlap or leave a gap). The
+        references' states are kept: each is compared with up to 5 runs, and a read takes ~1 s
+        (~45 MB a state)."""
+        if (name, step) not in self.states:
+            merged = self._merged_state(name, step)
+            if name not in REFERENCES:
+                return merged
+            self.states[name, step] = merged
+        return self.states[name, step]
+
+    def _merged_state(self, name: str, step: int) -> dict[str, torch.Tensor]:
         folder = self.get(name) / "checkpoints" / f"step_{step:08d}"
         _, pipeline, tensor = self.summary(name)["mesh"]["shape"]
         shards = [
@@ -390,7 +431,7 @@ def test_pipeline_microbatches_equal_a_single_process_accumulating_the_same_two(
     result: the pipeline schedule's micro-batches, and our accumulation inside SpikingJelly's
     training step (engines/accumulation.py). BatchNorm normalises each micro-batch on its own
     in both."""
-    one_step = [*COMMON, "trainer.max_steps=1", "trainer.checkpoint_interval=1"]
+    one_step = [*COMMON, "trainer.max_steps=1", "trainer.checkpoint_interval=1", *NO_SPIKES]
     pp2 = [*one_step, "topology=pp", *TWO, "topology.pipeline_microbatches=2"]
     accumulated = [*one_step, "trainer.global_batch_size=8", "trainer.batch_size=4"]
     runs.get("pp2", pp2)
@@ -566,6 +607,7 @@ def test_two_rank_ddp_on_digits_learns_in_two_epochs(runs: Runs, figures) -> Non
             "trainer.batch_size=16",
             "trainer.check_replicas=true",
             "trainer.log_every_n_steps=20",
+            *NO_SPIKES,
         ],
     )
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -587,32 +629,20 @@ def test_multirun_with_torchrun_launches_each_point_once(runs: Runs) -> None:
     """Each sweep point becomes one torchrun job in its own directory; the workers run that
     point only (they get the point's overrides, not the sweep), with the point's seed. The
     sweep varies the seed alone: the report groups the points as replicates of one
-    configuration (issue 29 on torchrun sweeps)."""
-    sweep_dir = runs.root / "sweep"
-    result = run_cli(
-        [
-            "-m",
-            *[a for a in COMMON if not a.startswith("seed=")],
-            "trainer.max_steps=2",
-            "topology=ddp",
-            *TWO,
-            "seed=1,2",
-            f"hydra.sweep.dir={sweep_dir}",
-        ],
-        cwd=runs.root,
-        timeout=400,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
+    configuration (issue 29 on torchrun sweeps). Its point 0 is the DDP run the other tests
+    compare with (SWEPT)."""
+    sweep_dir = runs.sweep()
     assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir()) == ["0", "1"]
     finals = []
-    for number, seed in (("0", 1), ("1", 2)):
+    for number, seed in (("0", SWEEP_SEEDS[0]), ("1", SWEEP_SEEDS[1])):
         point = sweep_dir / number
         summary = json.loads((point / "summary.json").read_text())
         assert summary["status"] == "completed" and summary["world_size"] == 2
-        assert summary["metrics"]["steps"] == 2
+        assert summary["metrics"]["steps"] == STEPS
         # the seed the workers trained with (their checkpoint's recipe), not the override
-        (recipe,) = point.glob("checkpoints/step_*/config.json")
-        assert json.loads(recipe.read_text())["seed"] == seed, number
+        recipes = list(point.glob("checkpoints/step_*/config.json"))
+        assert len(recipes) == 2, recipes  # steps 4 and 8
+        assert all(json.loads(r.read_text())["seed"] == seed for r in recipes), number
         assert not [p for p in point.iterdir() if p.is_dir() and p.name.isdigit()]
         finals.append(summary["metrics"])
     with open(sweep_dir / "report_seeds.csv", newline="") as handle:
@@ -626,14 +656,18 @@ def test_multirun_with_torchrun_launches_each_point_once(runs: Runs) -> None:
 
 
 @pytest.mark.parametrize("name", ["single", "fsdp2_tp", "ddp_pp"])
-def test_eval_of_the_final_checkpoint_reproduces_the_runs_validation(runs: Runs, name: str) -> None:
+def test_eval_of_the_final_checkpoint_reproduces_the_runs_validation(
+    runs: Runs, name: str, capsys
+) -> None:
     """experiments-eval rebuilds one process's model from the recorded config, merges the
-    run's FSDP2/TP/PP shards and gets the run's own final validation numbers."""
-    from .conftest import run_tool
+    run's FSDP2/TP/PP shards and gets the run's own final validation numbers. Its main() runs
+    in this process (no start-up; test_eval.py and test_spikingjelly_loop_guarantees.py run
+    the console script)."""
+    from .conftest import tool_in_process
 
     run_dir = runs.get(name)
-    result = run_tool("experiments-eval", [str(run_dir)], cwd=runs.root)
-    assert result.returncode == 0, result.stderr[-3000:]
+    code, _, err = tool_in_process("eval", [run_dir], capsys)
+    assert code == 0, err[-3000:]
     evaluated = json.loads((run_dir / "eval.json").read_text())
     metrics = runs.summary(name)["metrics"]
     assert evaluated["step"] == metrics["steps"] == STEPS
