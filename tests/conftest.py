@@ -12,7 +12,9 @@ Also what keeps the suite honest and tidy:
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
+import io
 import json
 import os
 import shutil
@@ -20,13 +22,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from experiments.composition_errors import choices_of, refused_as_config_errors
 from experiments.plan import build_plan
@@ -229,6 +234,50 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     processes.kill_spawned_and_leftovers(modules=True)
 
 
+# The yaml files Hydra read in this session, by their text: OmegaConf.load of each (see
+# _files_read_once).
+_LOADED: dict[str, DictConfig] = {}
+
+
+def _load_once(source: Any) -> Any:
+    """OmegaConf.load of a config file Hydra reads (an open file): parsed and made a
+    DictConfig the first time its text is seen in this session, a deep copy of that after;
+    a path, and a file OmegaConf refuses (its error names the file), as OmegaConf loads it."""
+    load = _OMEGACONF_LOAD.__func__
+    if not hasattr(source, "read"):
+        return load(source)
+    text = source.read()
+    if text not in _LOADED:
+        try:
+            _LOADED[text] = load(io.StringIO(text))
+        except Exception:
+            source.seek(0)
+            return load(source)
+    return copy.deepcopy(_LOADED[text])
+
+
+_OMEGACONF_LOAD = OmegaConf.__dict__["load"]  # the staticmethod itself, put back as it was
+
+
+@contextlib.contextmanager
+def _files_read_once() -> Iterator[None]:
+    """While compose_run composes: what Hydra does over again at every composition, done once
+    a session (measured: 0.14 -> 0.105 CPU-s a composition, the same composed config).
+    - each yaml file's OmegaConf.load (pure YAML parsing and node building; 15 files a
+      composition, most of them the same ones), kept by the file's text, so that a file that
+      changes is read anew;
+    - the deep copy of Hydra's ConfigStore (the structured configs) that each composition's
+      CachingConfigRepository makes of the repository: the store copies a node itself when it
+      hands it out (ConfigStore.load), so one shared store is what each copy would be."""
+    OmegaConf.load = staticmethod(_load_once)  # type: ignore[method-assign,assignment]
+    ConfigStore.__deepcopy__ = lambda store, memo: store  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        OmegaConf.load = _OMEGACONF_LOAD  # type: ignore[method-assign]
+        del ConfigStore.__deepcopy__  # type: ignore[attr-defined]
+
+
 def compose_run(overrides: list[str]) -> DictConfig:
     """The run config as the app composes it; a composition error is the ConfigError the
     app prints (experiments/composition_errors.py)."""
@@ -236,6 +285,7 @@ def compose_run(overrides: list[str]) -> DictConfig:
     with (
         initialize_config_module("experiments.conf", version_base="1.3"),
         refused_as_config_errors(overrides, choices),
+        _files_read_once(),
     ):
         cfg = compose("train", overrides=overrides, return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)
