@@ -259,6 +259,12 @@ def _load_once(source: Any) -> Any:
 _OMEGACONF_LOAD = OmegaConf.__dict__["load"]  # the staticmethod itself, put back as it was
 
 
+def _the_store_itself(store: ConfigStore, memo: dict[int, Any]) -> ConfigStore:
+    """ConfigStore's deep copy while compose_run composes: the store copies each node it
+    hands out (ConfigStore.load), so sharing it gives what a copy would."""
+    return store
+
+
 @contextlib.contextmanager
 def _files_read_once() -> Iterator[None]:
     """While compose_run composes: what Hydra does over again at every composition, done once
@@ -270,7 +276,7 @@ def _files_read_once() -> Iterator[None]:
       CachingConfigRepository makes of the repository: the store copies a node itself when it
       hands it out (ConfigStore.load), so one shared store is what each copy would be."""
     OmegaConf.load = staticmethod(_load_once)  # type: ignore[method-assign,assignment]
-    ConfigStore.__deepcopy__ = lambda store, memo: store  # type: ignore[attr-defined]
+    ConfigStore.__deepcopy__ = _the_store_itself  # type: ignore[attr-defined]
     try:
         yield
     finally:
