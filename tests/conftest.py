@@ -355,7 +355,12 @@ def run_cli_in_process(args: list[str], cwd: Path, env: dict | None = None) -> R
     saved_argv, saved_cwd, saved_env = sys.argv, os.getcwd(), dict(os.environ)
     root = logging.getLogger()
     saved_logging = (list(root.handlers), root.level)
-    saved_state = (callbacks.composed, callbacks.planned, callbacks.sweep_size)
+    saved_state = (
+        callbacks.composed,
+        callbacks.planned,
+        callbacks.sweep_size,
+        callbacks.sweep_plans,
+    )
     code: int = 0
     GlobalHydra.instance().clear()
     try:
@@ -374,7 +379,12 @@ def run_cli_in_process(args: list[str], cwd: Path, env: dict | None = None) -> R
         os.environ.update(saved_env)
         root.handlers[:] = saved_logging[0]
         root.setLevel(saved_logging[1])
-        callbacks.composed, callbacks.planned, callbacks.sweep_size = saved_state
+        (
+            callbacks.composed,
+            callbacks.planned,
+            callbacks.sweep_size,
+            callbacks.sweep_plans,
+        ) = saved_state
         GlobalHydra.instance().clear()
     return Result(code, stdout.getvalue(), stderr.getvalue())
 

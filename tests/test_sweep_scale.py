@@ -197,3 +197,43 @@ def test_a_killed_sweep_login_stops_its_warm_point_after_a_checkpoint(tmp_path: 
     summary = json.loads((sweep / "0" / "summary.json").read_text())
     assert summary["status"] == "interrupted", summary
     assert not (sweep / "1").exists()  # nothing started after the login died
+
+
+def test_the_warm_process_preloads_timm_when_planning_the_sweep_imported_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """timm (the paper presets' schedules, mixup, augmentations) is imported once by the warm
+    process when the login's plans of the points imported it, not once a point; a sweep whose
+    plans never touched it does not pay its import."""
+    from experiments.launchers import warm_points
+
+    monkeypatch.delitem(sys.modules, "timm", raising=False)
+    assert "timm" not in warm_points.modules_for("spikingjelly")
+    monkeypatch.setitem(sys.modules, "timm", type(sys)("timm"))
+    assert "timm" in warm_points.modules_for("spikingjelly")
+
+
+def test_a_sweeps_login_launches_each_point_with_the_plan_it_built_before_the_first(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The login planned every point before the first one started (callbacks.on_multirun_start):
+    its task function launches a point with that plan, and plans afresh only a point whose
+    directory or overrides are not the ones it planned."""
+    from types import SimpleNamespace
+
+    from experiments import callbacks, train
+
+    built = SimpleNamespace(run_dir=tmp_path / "0", overrides=["seed=5"])
+    monkeypatch.setattr(callbacks, "planned", None)
+    monkeypatch.setattr(callbacks, "sweep_plans", {built.run_dir: built})
+    monkeypatch.setattr(train, "build_plan", lambda *args, **kwargs: "planned again")
+
+    def job(run_dir: Path, overrides: list[str]) -> SimpleNamespace:
+        return SimpleNamespace(
+            runtime=SimpleNamespace(output_dir=str(run_dir), choices={}),
+            overrides=SimpleNamespace(task=overrides),
+        )
+
+    assert train._plan_of(None, job(tmp_path / "0", ["seed=5"])) is built
+    assert train._plan_of(None, job(tmp_path / "0", ["seed=6"])) == "planned again"
+    assert train._plan_of(None, job(tmp_path / "1", ["seed=5"])) == "planned again"

@@ -33,6 +33,10 @@ composed = False
 planned: Any = None
 # How many points a basic-sweeper sweep has (None: a sweeper that picks them as it goes).
 sweep_size: int | None = None
+# The plans on_multirun_start built for a basic-sweeper sweep's points, by run directory: the
+# login's task function launches each point with its plan instead of composing and checking it
+# a second time (~0.2-0.7 s a point on a quiet machine, each SNN plan builds its model).
+sweep_plans: dict[Path, Any] = {}
 
 
 def print_config_error(error: ConfigError) -> None:
@@ -324,8 +328,9 @@ class ExperimentsCallback(Callback):
         if points is None:
             _start_search(config)
             return
-        global sweep_size
+        global sweep_size, sweep_plans
         sweep_size = len(points)
+        sweep_plans = {}
         swept = asked_for_sweep() or len(points) > 1
         plans: list[Any] = []
         cfgs: list[Any] = []
@@ -371,6 +376,7 @@ class ExperimentsCallback(Callback):
             record_extensions(plan)
         _write_preflight_tokens(list(zip(plans, cfgs, strict=True)), config)
         _prepare_loggers(config)
+        sweep_plans = {plan.run_dir: plan for plan in plans}
 
     @_refuse_on_failure
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:

@@ -91,6 +91,9 @@ class Family:
     logs_through_mmcv: bool = False
     # imported once by a local sweep's warm process (launchers/warm_points.py)
     warm_modules: tuple[str, ...] = ()
+    # imported by that warm process too when the sweep's login imported them planning its
+    # points (launchers/warm_points.py modules_for): libraries only some runs use
+    warm_if_planned: tuple[str, ...] = ()
     # the objective against a measured cost, drawn for every sweep (report/figures.py)
     tradeoff: Tradeoff | None = None
     # metrics besides the objective a search may optimise (`objective=`): name -> higher is

@@ -130,9 +130,15 @@ def _plan_of(cfg: DictConfig, hydra_cfg: Any) -> Any:
     (callbacks.on_multirun_start); Hydra has since rewritten .hydra/config.yaml with this
     point's config, and in a multi-task Slurm job every task rewrites it at once: read here,
     it could be half-written (a requeued 2-task GAN job's rank 0 read it empty, failed, and
-    left rank 1 in the rendezvous)."""
+    left rank 1 in the rendezvous). A local sweep's login launches each point with the plan
+    it built for it before the first point started (the same overrides in the same directory:
+    the same composed config), rather than composing and checking it again."""
+    run_dir = Path(hydra_cfg.runtime.output_dir)
     plan = callbacks.planned
-    if plan is not None and plan.run_dir == Path(hydra_cfg.runtime.output_dir):
+    if plan is not None and plan.run_dir == run_dir:
+        return plan
+    plan = callbacks.sweep_plans.get(run_dir.absolute())
+    if plan is not None and plan.overrides == list(hydra_cfg.overrides.task):
         return plan
     return build_plan(
         cfg,

@@ -105,4 +105,7 @@ FAMILY = Family(
         "experiments.snn.models.sew_resnet",
         "experiments.snn.models.spikformer",
     ),
+    # the paper presets' timm schedules (snn/epoch_schedule.py), Mixup and augmentations
+    # (data/augment.py): their plans import it
+    warm_if_planned=("timm",),
 )
