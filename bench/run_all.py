@@ -44,7 +44,9 @@ def main() -> None:
     started = time.time()
     # --quick: the smallest sizes at which every row is still measured (the test suite runs it).
     rows = [
-        *snn_overhead.measure(steps=60, repeats=1 if args.quick else 3, quick=args.quick),
+        *snn_overhead.measure(
+            steps=None if args.quick else 60, repeats=1 if args.quick else 3, quick=args.quick
+        ),
         *gan_overhead.measure(
             iters=6 if args.quick else 200,
             log_every=1 if args.quick else 10,

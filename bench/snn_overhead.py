@@ -68,16 +68,16 @@ def _skip(every: int) -> int:
     return max(1, 10 // every)
 
 
-def measure(steps: int, repeats: int, quick: bool = False) -> list[dict]:
-    """quick: the QUICK size, and at each interval the fewest steps that log two timestamps
-    (2 x the interval): one timed gap, no warm-up left out (step_seconds falls back to every
-    gap), so the row is measured, not measured well; `steps` is then not used."""
+def measure(steps: int | None, repeats: int, quick: bool = False) -> list[dict]:
+    """quick: the QUICK size. `steps` None: at each interval the fewest steps that log two
+    timestamps (2 x the interval): one timed gap, no warm-up left out (step_seconds falls back
+    to every gap), so the row is measured, not measured well (what --quick runs)."""
     size = QUICK if quick else SIZE
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for every in INTERVALS:
-            n = 2 * every if quick else steps
+            n = 2 * every if steps is None else steps
             seconds: dict[str, list[float]] = {"ours": [], "handwritten": []}
             for index in range(repeats):
                 for arm in ("ours", "handwritten")[:: 1 if index % 2 == 0 else -1]:
