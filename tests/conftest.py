@@ -237,6 +237,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 # The yaml files Hydra read in this session, by their text: OmegaConf.load of each (see
 # _files_read_once).
 _LOADED: dict[str, DictConfig] = {}
+_OMEGACONF_LOAD = OmegaConf.__dict__["load"]  # the staticmethod itself, put back as it was
 
 
 def _load_once(source: Any) -> Any:
@@ -254,9 +255,6 @@ def _load_once(source: Any) -> Any:
             source.seek(0)
             return load(source)
     return copy.deepcopy(_LOADED[text])
-
-
-_OMEGACONF_LOAD = OmegaConf.__dict__["load"]  # the staticmethod itself, put back as it was
 
 
 def _the_store_itself(store: ConfigStore, memo: dict[int, Any]) -> ConfigStore:
