@@ -84,6 +84,20 @@ def wait_for_step(
     pytest.fail(f"step {step} not reached in {timeout} s")
 
 
+def wait_for_whole_checkpoint(
+    run_dir: Path, step: int, proc: subprocess.Popen, timeout: float = 120
+) -> None:
+    """Until the checkpoint of `step` is whole: DCP writes its `.metadata` last. SpikingJelly
+    saves in the background while the next steps train, so a slow machine can log step 6
+    before step 4's checkpoint is complete; a kill then restarts the run from scratch
+    instead of resuming it (CI's stop 63 met exactly that: resumes 0, restarts 1)."""
+    seal = run_dir / "checkpoints" / f"step_{step:08d}" / "pp_0000_tp_0000" / ".metadata"
+    deadline = time.time() + timeout
+    while not seal.is_file():
+        assert time.time() < deadline and proc.poll() is None, f"checkpoint {step} never completed"
+        time.sleep(0.05)
+
+
 def kill_at_step(run_dir: Path, step: int, complete: int | None = None) -> None:
     """Start the single-process run and SIGKILL it once it has logged `step` and (when given)
     the checkpoint of step `complete` is whole: SpikingJelly writes a checkpoint in the
@@ -92,11 +106,7 @@ def kill_at_step(run_dir: Path, step: int, complete: int | None = None) -> None:
     proc = start(run_dir, [])
     wait_for_step(run_dir, step, proc)
     if complete is not None:
-        seal = run_dir / "checkpoints" / f"step_{complete:08d}" / "pp_0000_tp_0000" / ".metadata"
-        deadline = time.time() + 120
-        while not seal.is_file():
-            assert time.time() < deadline and proc.poll() is None, "checkpoint never completed"
-            time.sleep(0.05)
+        wait_for_whole_checkpoint(run_dir, complete, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
 
@@ -164,10 +174,7 @@ def test_killed_process_resumes_on_rerun_onto_the_same_trajectory(
     run_dir = work / named.removeprefix("hydra.run.dir=")
     assert run_dir.parent.parent == work / "outputs" / "runs", run_dir  # the timestamped one
     wait_for_step(run_dir, 6, proc, stderr_file=work / "stderr")
-    seal = run_dir / "checkpoints" / "step_00000004" / "pp_0000_tp_0000" / ".metadata"
-    while not seal.is_file():
-        assert time.time() < deadline + 120 and proc.poll() is None, "checkpoint never completed"
-        time.sleep(0.05)
+    wait_for_whole_checkpoint(run_dir, 4, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert summary(run_dir)["status"] == "running"  # what a killed run leaves behind
@@ -195,6 +202,7 @@ def test_sigkill_of_one_rank_is_survived_through_torchrun_restarts(
     run_dir = tmp_path / "run"
     proc = start(run_dir, [*DDP, "launcher.max_restarts=1"])
     wait_for_step(run_dir, 6, proc)
+    wait_for_whole_checkpoint(run_dir, 4, proc)  # else the restart starts over, resuming nothing
     os.kill(worker_pid(run_dir, rank=1), signal.SIGKILL)
     proc.wait(timeout=400)
     assert proc.returncode == 0, (tmp_path / "run.stderr").read_text()[-4000:]
