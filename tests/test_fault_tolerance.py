@@ -98,15 +98,13 @@ def wait_for_whole_checkpoint(
         time.sleep(0.05)
 
 
-def kill_at_step(run_dir: Path, step: int, complete: int | None = None) -> None:
-    """Start the single-process run and SIGKILL it once it has logged `step` and (when given)
-    the checkpoint of step `complete` is whole: SpikingJelly writes a checkpoint in the
-    background while training goes on, so a kill right after the step may meet it half
-    written (the previous one is then the newest whole one: test_crash_while_saving...)."""
+def kill_at_step(run_dir: Path, step: int, complete: int) -> None:
+    """Start the single-process run and SIGKILL it once it has logged `step` and the
+    checkpoint of step `complete` is whole (a kill that meets a checkpoint half written is
+    test_crash_while_saving...'s case, not this one's)."""
     proc = start(run_dir, [])
     wait_for_step(run_dir, step, proc)
-    if complete is not None:
-        wait_for_whole_checkpoint(run_dir, complete, proc)
+    wait_for_whole_checkpoint(run_dir, complete, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
 
