@@ -202,21 +202,25 @@ def placements(run_dir: Path) -> list[dict]:
     return sorted(summary(run_dir)["ranks"], key=lambda r: r["rank"])
 
 
-def trained(steps: Path, count: int) -> bool:
-    return steps.exists() and len(steps.read_text().splitlines()) >= count
+def trains_within(steps: Path, count: int, proc: subprocess.Popen, seconds: float = 240) -> bool:
+    """Whether `steps` (a run's steps.jsonl) holds `count` steps before the login `proc`
+    ends or `seconds` pass."""
+    deadline = time.time() + seconds
+    while not (steps.exists() and len(steps.read_text().splitlines()) >= count):
+        if time.time() > deadline or proc.poll() is not None:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def wait_for_steps(steps: Path, count: int, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.time() + 240
-    while not trained(steps, count):
-        if time.time() > deadline or proc.poll() is not None:
-            # The login reports on stdout, the ranks in their logs: all of it, to read why.
-            said = [log, log.with_suffix(".stdout"), *sorted(steps.parent.glob("*.log"))]
-            pytest.fail(
-                f"the job did not start training (login returned {proc.poll()}):\n"
-                + "\n".join(f"--- {p}:\n{p.read_text()[-2000:]}" for p in said if p.is_file())
-            )
-        time.sleep(0.2)
+    if not trains_within(steps, count, proc):
+        # The login reports on stdout, the ranks in their logs: all of it, to read why.
+        said = [log, log.with_suffix(".stdout"), *sorted(steps.parent.glob("*.log"))]
+        pytest.fail(
+            f"the job did not start training (login returned {proc.poll()}):\n"
+            + "\n".join(f"--- {p}:\n{p.read_text()[-2000:]}" for p in said if p.is_file())
+        )
 
 
 # ---------------------------------------------------------------- Slurm, two nodes
@@ -402,11 +406,8 @@ def time_limited_job(
             stderr=stderr,
             module=True,
         )
-    deadline = time.time() + 240  # (the test fails, with the job's logs, if it never trains)
-    while not trained(folder / "sweep" / "0" / "steps.jsonl", 1):
-        if time.time() > deadline or proc.poll() is not None:
-            break
-        time.sleep(0.2)
+    # Not a failure here: the test fails, with the job's logs, if it never trains.
+    trains_within(folder / "sweep" / "0" / "steps.jsonl", 1, proc)
     try:
         yield folder, proc
     finally:
