@@ -419,6 +419,68 @@ def tool_in_process(
     return int(stop.value.code or 0), out, err
 
 
+def _override_map(overrides: list[str]) -> dict[str, str]:
+    """A command line's overrides as Hydra applies them: key -> value, the last one winning."""
+    found: dict[str, str] = {}
+    for override in overrides:
+        key, _, value = override.partition("=")
+        found[key] = value
+    return found
+
+
+class SharedRuns:
+    """Runs that tests of more than one file read, trained once a session by whichever file
+    asks first. pytest-xdist gives each file to one worker (--dist loadfile), so a module
+    fixture cannot share a run with another file: here a file lock between the workers
+    guards each run, and a worker that asks while another trains it waits and then reads it.
+
+    A run is named, and every asker gives its whole command line: a second asker whose
+    overrides differ from the first's (the last value of each key) fails, naming both, so
+    two files never read one run believing it is their own config. The readers must not
+    change the run (eval.json and the like aside); a test that continues or corrupts it
+    works on a copy."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def get(
+        self, name: str, overrides: list[str], env: dict | None = None, timeout: float = 400
+    ) -> Path:
+        run_dir = self.root / name
+        asked = self.root / f"{name}.overrides.json"
+        with open(self.root / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if asked.exists():
+                first = json.loads(asked.read_text())
+                assert first == _override_map(overrides), (
+                    f"shared run {name!r} asked with other overrides:\n"
+                    f"first {first}\nnow   {_override_map(overrides)}"
+                )
+            summary = run_dir / "summary.json"
+            if not (summary.exists() and json.loads(summary.read_text())["status"] == "completed"):
+                shutil.rmtree(run_dir, ignore_errors=True)
+                asked.write_text(json.dumps(_override_map(overrides)))
+                result = run_cli(
+                    [*overrides, f"hydra.run.dir={run_dir}"],
+                    cwd=self.root,
+                    timeout=timeout,
+                    env=env,
+                )
+                assert result.returncode == 0, f"{name}:\n{result.stderr[-4000:]}"
+        return run_dir
+
+
+@pytest.fixture(scope="session")
+def shared_runs(tmp_path_factory: pytest.TempPathFactory) -> SharedRuns:
+    """The session's SharedRuns. Under pytest-xdist each worker's base temporary directory is
+    a folder of the session's own (popen-gwN), so their parent is the one folder all workers
+    of this session share; without xdist, the base directory is the session's."""
+    base = tmp_path_factory.getbasetemp()
+    session = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    return SharedRuns(session / "shared-runs")
+
+
 @pytest.fixture(scope="module")
 def module_tmp(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
     """tmp_path_factory.mktemp for module-scoped fixtures, removed when the module ends.

@@ -32,6 +32,7 @@ from .conftest import (
     CLI,
     REPO,
     SLURM_NODES,
+    SharedRuns,
     cli_env,
     login_ended_well,
     on_python_path,
@@ -68,6 +69,9 @@ FSDP2_TP = [
     "topology=fsdp2",
     "topology.tensor_parallel_size=2",
     "trainer.max_steps=8",
+    # No test here reads spike figures; and so the reference is test_topologies.py's run of
+    # the same config (conftest.SharedRuns), which counts none either.
+    "trainer.spikes.images=0",
 ]
 SLURM = ["launcher=slurm", "launcher.mem_gb=4", "launcher.cpus_per_task=1"]
 TWO_NODES = [*SLURM, "launcher.nodes=2", "launcher.tasks_per_node=1"]
@@ -114,10 +118,12 @@ def assert_same_run(actual: Path, expected: Path, rel: float = 1e-5) -> None:
 
 
 class References:
-    """The single-node runs the multi-node ones must equal, trained once per module."""
+    """The single-node runs the multi-node ones must equal, trained once per module (the
+    FSDP2 x TP one once a session: test_topologies.py compares it with its other topologies)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, shared: SharedRuns) -> None:
         self.root, self.done = root, {}
+        self.shared = shared
 
     def get(self, name: str, args: list[str]) -> Path:
         if name not in self.done:
@@ -131,12 +137,14 @@ class References:
         return self.get("ddp", [*DDP, "launcher=torchrun", "launcher.nproc_per_node=2"])
 
     def fsdp2_tp(self) -> Path:
-        return self.get("fsdp2_tp", [*FSDP2_TP, "launcher=torchrun", "launcher.nproc_per_node=4"])
+        return self.shared.get(
+            "fsdp2_tp", [*FSDP2_TP, "launcher=torchrun", "launcher.nproc_per_node=4"]
+        )
 
 
 @pytest.fixture(scope="module")
-def references(module_tmp: Callable[[str], Path]) -> References:
-    return References(module_tmp("single_node"))
+def references(module_tmp: Callable[[str], Path], shared_runs: SharedRuns) -> References:
+    return References(module_tmp("single_node"), shared_runs)
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ import yaml
 
 from experiments.snn.engines.spikingjelly_checkpoints import read_shard
 
-from .conftest import REPO, on_python_path, read_jsonl, run_cli
+from .conftest import REPO, SharedRuns, on_python_path, read_jsonl, run_cli
 from .recorded_data import read_indices
 
 pytestmark = [pytest.mark.slow, pytest.mark.dist]
@@ -89,6 +89,10 @@ MODEL_DIMS = {"depth": 18, "num_classes": 10, "image_size": 16, "time_steps": 2}
 SWEPT = "ddp"
 # The runs others are compared with, several times each (Runs.state keeps their states).
 REFERENCES = {"single", "ddp", "fsdp2", "tp", "pp1"}
+# Runs another file reads too, trained once a session by whichever asks first
+# (conftest.SharedRuns): test_multinode.py compares its two-node FSDP2 x TP Slurm job with
+# this run, of the same config on one node.
+SHARED = {"fsdp2_tp"}
 SWEEP_SEEDS = (3, 4)
 
 
@@ -105,8 +109,9 @@ FROM_CONFIG_DIR = {"ddp_tp"}
 
 
 class Runs:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, shared: SharedRuns) -> None:
         self.root = root
+        self.shared = shared
         self.done: dict[str, Path] = {}
         self.stdout: dict[str, str] = {}
         self.states: dict[tuple[str, int], dict[str, torch.Tensor]] = {}
@@ -125,6 +130,9 @@ class Runs:
                 overrides = ["--config-dir", str(self.config_dir), "experiment=mine", *overrides]
             if name in RECORD_DIRS:  # the same data, with each rank's sample indices recorded
                 overrides = [*overrides, *self.recorded(name)]
+            if args is None and name in SHARED:
+                self.done[name] = self.shared.get(name, overrides)
+                return self.done[name]
             result = run_cli(
                 [*overrides, f"hydra.run.dir={run_dir}"],
                 cwd=self.root,
@@ -198,8 +206,8 @@ def builder():
 
 
 @pytest.fixture(scope="module")
-def runs(module_tmp: Callable[[str], Path]) -> Runs:
-    return Runs(module_tmp("topologies"))
+def runs(module_tmp: Callable[[str], Path], shared_runs: SharedRuns) -> Runs:
+    return Runs(module_tmp("topologies"), shared_runs)
 
 
 def assert_close(actual: list[float], expected: list[float], rel: float) -> None:
@@ -254,7 +262,7 @@ def test_summary_records_engine_backend_world_size_mesh_and_placement(runs: Runs
     assert sorted(p.name for p in run_dir.glob("train_rank*.log")) == [
         f"train_rank{r}.log" for r in range(4)
     ]
-    assert not list(runs.root.glob("outputs"))
+    assert not list(run_dir.parent.glob("outputs"))  # the folder the run started in
     assert len(read_jsonl(run_dir / "steps.jsonl")) == STEPS  # rank 0 alone writes
 
 
