@@ -26,6 +26,20 @@ SMALL_EPOCHS = [
 
 
 FAST_RUN = [*FAST, "trainer.checkpoint_interval=4"]
+# Two epochs of 16 steps asked, a checkpoint every 4 steps.
+MID_EPOCH = [*SMALL_EPOCHS, "trainer.epochs=2", "trainer.checkpoint_interval=4"]
+
+
+@pytest.fixture(scope="module")
+def nine_steps(module_tmp: Callable[[str], Path]) -> Path:
+    """MID_EPOCH stopped by max_steps=9 (mid-epoch; the checkpoints of steps 8 and 9 kept): the
+    uninterrupted trajectory a resumed run must follow, and (a copy) the run resume=null
+    starts over in."""
+    root = module_tmp("nine_steps")
+    run_dir = root / "run"
+    result = run_cli([*MID_EPOCH, "trainer.max_steps=9", f"hydra.run.dir={run_dir}"], cwd=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
 
 
 @pytest.fixture(scope="module")
@@ -65,17 +79,13 @@ def _mark_interrupted(run_dir: Path) -> None:
 
 
 @pytest.mark.slow
-def test_resume_from_a_mid_epoch_final_checkpoint_continues_the_trajectory(tmp_path: Path) -> None:
+def test_resume_from_a_mid_epoch_final_checkpoint_continues_the_trajectory(
+    nine_steps: Path, tmp_path: Path
+) -> None:
     """max_steps=6 stops mid-epoch (16 steps per epoch); the final checkpoint (not on the
     interval of 4) must record that position, so a longer run continues with the same data."""
-    common = [*SMALL_EPOCHS, "trainer.epochs=2", "trainer.checkpoint_interval=4"]
-    reference = tmp_path / "reference"
-    assert (
-        run_cli(
-            [*common, "trainer.max_steps=9", f"hydra.run.dir={reference}"], cwd=tmp_path
-        ).returncode
-        == 0
-    )
+    common = MID_EPOCH
+    reference = nine_steps
     run_dir = tmp_path / "run"
     first = run_cli([*common, "trainer.max_steps=6", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
@@ -117,12 +127,16 @@ def test_resume_at_the_last_step_still_reports_real_metrics(fast_run: Path, tmp_
 
 
 @pytest.mark.slow
-def test_resume_null_starts_over_and_drops_the_old_checkpoints(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    long = [*SMALL_EPOCHS, "trainer.max_steps=8", "trainer.checkpoint_interval=4"]
-    assert run_cli([*long, f"hydra.run.dir={run_dir}"], cwd=tmp_path).returncode == 0
+def test_resume_null_starts_over_and_drops_the_old_checkpoints(
+    nine_steps: Path, tmp_path: Path
+) -> None:
+    run_dir = _copy_of(nine_steps, tmp_path)
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
+        "step_00000008",
+        "step_00000009",
+    ]
     long_losses = [r["loss"] for r in read_jsonl(run_dir / "steps.jsonl")]
-    short = [*SMALL_EPOCHS, "trainer.max_steps=3", "trainer.checkpoint_interval=2", "resume=null"]
+    short = [*MID_EPOCH, "trainer.max_steps=3", "trainer.checkpoint_interval=2", "resume=null"]
     result = run_cli([*short, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == [
