@@ -120,9 +120,8 @@ def reference(module_tmp: Callable[[str], Path]) -> dict[str, list[float]]:
     (`<name>_train_loss`) the epoch's mean training loss each reports."""
     root = module_tmp("reference")
     train(root / "single", [])
-    train(root / "single_again", [])
     train(root / "ddp", DDP)
-    found = {name: losses(root / name) for name in ("single", "single_again", "ddp")}
+    found = {name: losses(root / name) for name in ("single", "ddp")}
     for name in ("single", "ddp"):
         found[f"{name}_train_loss"] = summary(root / name)["metrics"]["train_loss"]
     return found
@@ -144,9 +143,15 @@ def copy_of(killed: Path, tmp_path: Path) -> Path:
     return run_dir
 
 
-def test_same_config_and_seed_give_identical_losses(reference: dict[str, list[float]]) -> None:
+def test_same_config_and_seed_give_identical_losses(
+    reference: dict[str, list[float]], killed: Path
+) -> None:
+    """The same config and seed in another process (`killed`, the same command SIGKILLed
+    after step 10) took the same steps: bit for bit on the CPU, every step it logged."""
     assert len(reference["single"]) == 12
-    assert reference["single"] == reference["single_again"]  # bit for bit on the CPU
+    again = losses(killed)
+    assert len(again) >= 10
+    assert again == reference["single"][: len(again)]
 
 
 def test_killed_process_resumes_on_rerun_onto_the_same_trajectory(
