@@ -445,9 +445,17 @@ class SharedRuns:
         root.mkdir(parents=True, exist_ok=True)
 
     def get(
-        self, name: str, overrides: list[str], env: dict | None = None, timeout: float = 400
+        self,
+        name: str,
+        overrides: list[str],
+        env: dict | None = None,
+        timeout: float = 400,
+        sweep: bool = False,
     ) -> Path:
-        run_dir = self.root / name
+        """The run's directory, trained first if no asker has. `sweep`: a run the login makes
+        as the one point of a sweep (a Slurm job): its directory is point 0 of the sweep."""
+        run_dir = self.root / name / "0" if sweep else self.root / name
+        folder = f"hydra.sweep.dir={self.root / name}" if sweep else f"hydra.run.dir={run_dir}"
         asked = self.root / f"{name}.overrides.json"
         with open(self.root / f"{name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -459,10 +467,10 @@ class SharedRuns:
                 )
             summary = run_dir / "summary.json"
             if not (summary.exists() and json.loads(summary.read_text())["status"] == "completed"):
-                shutil.rmtree(run_dir, ignore_errors=True)
+                shutil.rmtree(self.root / name, ignore_errors=True)
                 asked.write_text(json.dumps(_override_map(overrides)))
                 result = run_cli(
-                    [*overrides, f"hydra.run.dir={run_dir}"],
+                    [*overrides, folder],
                     cwd=self.root,
                     timeout=timeout,
                     env=env,

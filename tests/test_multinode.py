@@ -75,6 +75,11 @@ FSDP2_TP = [
 ]
 SLURM = ["launcher=slurm", "launcher.mem_gb=4", "launcher.cpus_per_task=1"]
 TWO_NODES = [*SLURM, "launcher.nodes=2", "launcher.tasks_per_node=1"]
+# The FSDP2 x TP job over two Slurm nodes and its single-node reference: runs of the session
+# (conftest.SharedRuns) that test_topologies.py (the reference) and test_spikingjelly_loop.py
+# (both) read too.
+FSDP2_TP_TWO_NODES = [*FSDP2_TP, *SLURM, "launcher.nodes=2", "launcher.tasks_per_node=2"]
+FSDP2_TP_ONE_NODE = [*FSDP2_TP, "launcher=torchrun", "launcher.nproc_per_node=4"]
 SITE = str(REPO / "tests" / "support" / "site")  # test-only fault injection (sitecustomize)
 
 
@@ -137,9 +142,7 @@ class References:
         return self.get("ddp", [*DDP, "launcher=torchrun", "launcher.nproc_per_node=2"])
 
     def fsdp2_tp(self) -> Path:
-        return self.shared.get(
-            "fsdp2_tp", [*FSDP2_TP, "launcher=torchrun", "launcher.nproc_per_node=4"]
-        )
+        return self.shared.get("fsdp2_tp", FSDP2_TP_ONE_NODE)
 
 
 @pytest.fixture(scope="module")
@@ -234,16 +237,12 @@ def wait_for_steps(steps: Path, count: int, proc: subprocess.Popen, log: Path) -
 # ---------------------------------------------------------------- Slurm, two nodes
 
 
-FSDP2_TP_TWO_NODES = [*FSDP2_TP, *SLURM, "launcher.nodes=2", "launcher.tasks_per_node=2"]
-
-
 @pytest.fixture(scope="module")
-def fsdp2_tp_on_two_nodes(slurm_cluster, module_tmp: Callable[[str], Path]) -> Path:
-    """The FSDP2 x TP job over two Slurm nodes (dp=2 x tp=2, 8 images a rank), run once for
-    the tests of its placement and of its requeue on one node."""
-    run_dir, result = slurm_run(module_tmp("fsdp2_tp_slurm"), FSDP2_TP_TWO_NODES)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return run_dir
+def fsdp2_tp_on_two_nodes(slurm_cluster, shared_runs: SharedRuns) -> Path:
+    """The FSDP2 x TP job over two Slurm nodes (dp=2 x tp=2, 8 images a rank), run once a
+    session for the tests of its placement and of its requeue on one node, and for
+    test_spikingjelly_loop.py's Slurm test (conftest.SharedRuns)."""
+    return shared_runs.get("fsdp2_tp_two_nodes", FSDP2_TP_TWO_NODES, sweep=True)
 
 
 @pytest.mark.slurm

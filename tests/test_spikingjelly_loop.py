@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import CLI, REPO, cli_env, read_jsonl, run_cli
+from .conftest import CLI, REPO, SharedRuns, cli_env, read_jsonl, run_cli
 from .support import processes
+from .test_multinode import FSDP2_TP_ONE_NODE, FSDP2_TP_TWO_NODES
 
 pytestmark = [pytest.mark.slow, pytest.mark.dist]
 
@@ -215,56 +216,46 @@ SWEPT = ("ddp", "fsdp2", "channel_tp", "pp")  # points 0-3 of one array, two tas
 
 @pytest.mark.slurm
 def test_spikingjellys_loop_through_slurm_follows_its_torchrun_runs(
-    slurm_cluster, runs: Runs, tmp_path: Path, figures
+    slurm_cluster, runs: Runs, shared_runs: SharedRuns, tmp_path: Path, figures
 ) -> None:
     """Every topology's Slurm job on SpikingJelly's loop: one `-m` array of ddp, fsdp2,
-    channel_tp and pp (two tasks each) and, at the same time, fsdp2 x channel_tp over two
-    Slurm nodes (dp=2 across, tp=2 within). Each point's steps, epochs and summary equal the
-    torchrun run of the same config above (rank i is Slurm task i, nothing else differs), and
-    the sweep report reads the library loop's points."""
+    channel_tp and pp (two tasks each) and, while it runs, fsdp2 x channel_tp over two Slurm
+    nodes (dp=2 across, tp=2 within). Each point's steps, epochs and summary equal the torchrun
+    run of the same config (rank i is Slurm task i, nothing else differs), and the sweep report
+    reads the library loop's points. The two-node job and its torchrun run are the session's
+    (conftest.SharedRuns), test_multinode.py's config: one job of 4 ranks over two nodes is
+    trained once a session, for both files."""
     env = cli_env({"PYTHONPATH": python_path()})
-    sweep, pair = tmp_path / "sweep", tmp_path / "fsdp2_tp"
-    logs = tmp_path / "sweep.log", tmp_path / "fsdp2_tp.log"
-    commands = (
-        [
-            CLI,
-            "-m",
-            *BASE,
-            *SLURM,
-            "launcher.tasks_per_node=2",
-            f"topology={','.join(SWEPT)}",
-            "topology.pipeline_microbatches=1",
-            f"hydra.sweep.dir={sweep}",
-        ],
-        [
-            CLI,
-            *BASE,
-            *SLURM,
-            "launcher.nodes=2",
-            "launcher.tasks_per_node=2",
-            "topology=fsdp2",
-            "topology.tensor_parallel_size=2",
-            f"hydra.sweep.dir={pair}",
-        ],
-    )
-    logins = []
-    for command, log in zip(commands, logs, strict=True):
-        with open(log, "w") as stderr:
-            logins.append(processes.spawn(command, cwd=tmp_path, env=env, stderr=stderr))
-    for login, log in zip(logins, logs, strict=True):
-        try:
-            code = login.wait(timeout=400)
-        except subprocess.TimeoutExpired:
-            login.kill()
-            raise AssertionError(log.read_text()[-3000:]) from None
-        assert code == 0, log.read_text()[-3000:]
+    sweep, log = tmp_path / "sweep", tmp_path / "sweep.log"
+    command = [
+        CLI,
+        "-m",
+        *BASE,
+        *SLURM,
+        "launcher.tasks_per_node=2",
+        f"topology={','.join(SWEPT)}",
+        "topology.pipeline_microbatches=1",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    with open(log, "w") as stderr:
+        login = processes.spawn(command, cwd=tmp_path, env=env, stderr=stderr)
+    pair = shared_runs.get("fsdp2_tp_two_nodes", FSDP2_TP_TWO_NODES, sweep=True)
+    pair_reference = shared_runs.get("fsdp2_tp", FSDP2_TP_ONE_NODE)
+    try:
+        code = login.wait(timeout=400)
+    except subprocess.TimeoutExpired:
+        login.kill()
+        raise AssertionError(log.read_text()[-3000:]) from None
+    assert code == 0, log.read_text()[-3000:]
 
     worst = 0.0
     points = {topology: sweep / str(i) for i, topology in enumerate(SWEPT)}
-    points["fsdp2_tp"] = pair / "0"
+    points["fsdp2_tp"] = pair
+    references = {topology: runs.get(topology) for topology in SWEPT}
+    references["fsdp2_tp"] = pair_reference
     for topology, point in points.items():
         record = json.loads((point / "summary.json").read_text())
-        reference = runs.summary(topology)
+        reference = json.loads((references[topology] / "summary.json").read_text())
         assert record["status"] == "completed", (topology, record.get("error"))
         assert (record["engine"], record["device"], record["backend"]) == (
             "spikingjelly",
@@ -278,8 +269,8 @@ def test_spikingjellys_loop_through_slurm_follows_its_torchrun_runs(
         assert record["slurm"]["job_id"] and [r["rank"] for r in record["ranks"]] == list(
             range(record["world_size"])
         )
-        worst = max(worst, same_trajectory(point, runs.get(topology)))
-    nodes = {r["node"] for r in json.loads((pair / "0" / "summary.json").read_text())["ranks"]}
+        worst = max(worst, same_trajectory(point, references[topology]))
+    nodes = {r["node"] for r in json.loads((pair / "summary.json").read_text())["ranks"]}
     assert len(nodes) == 2, nodes  # the fsdp2 x tp job really spans two Slurm nodes
 
     with open(sweep / "report.csv", newline="") as handle:
