@@ -51,6 +51,19 @@ FAST = [
     "data.val_size=64",
     "model.time_steps=2",
 ]
+# Two DDP ranks over torchrun at a global batch of 16 in micro-batches of 4 (two a step), the
+# first two steps profiled: a run of the session (SharedRuns) that test_global_batch.py reads
+# for its accumulation and test_profiling.py for its collectives.
+DDP_ACCUMULATING_PROFILED = [
+    *FAST,
+    "topology=ddp",
+    "launcher=torchrun",
+    "launcher.nproc_per_node=2",
+    "trainer.global_batch_size=16",
+    "trainer.batch_size=4",
+    "trainer.log_every_n_steps=1",
+    "trainer.profile_steps=2",
+]
 # A sweep point that is mostly its start-up: one optimizer step an epoch on 8x8 synthetic
 # images, T=1, no tracker (sweep and Slurm tests whose points only need to run).
 TINY_POINT = [
@@ -475,8 +488,17 @@ class SharedRuns:
                     timeout=timeout,
                     env=env,
                 )
+                (self.root / f"{name}.stdout").write_text(result.stdout)
+                (self.root / f"{name}.stderr").write_text(result.stderr)
                 assert result.returncode == 0, f"{name}:\n{result.stderr[-4000:]}"
         return run_dir
+
+    def output(self, name: str) -> tuple[str, str]:
+        """What the command that trained the run printed: (stdout, stderr)."""
+        return (
+            (self.root / f"{name}.stdout").read_text(),
+            (self.root / f"{name}.stderr").read_text(),
+        )
 
 
 @pytest.fixture(scope="session")

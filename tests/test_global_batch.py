@@ -10,7 +10,6 @@ normalised by its own statistics, as in every framework); one real 2-rank run ac
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -18,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from spikingjelly.activation_based import functional, layer, neuron
 
-from .conftest import FAST, plan_for, read_jsonl, run_cli
+from .conftest import DDP_ACCUMULATING_PROFILED, SharedRuns, plan_for, read_jsonl
 
 
 @pytest.mark.parametrize(
@@ -154,24 +153,11 @@ def test_ddp_synchronises_once_per_accumulated_step() -> None:
 
 @pytest.mark.slow
 @pytest.mark.dist
-def test_a_two_rank_run_accumulates_to_the_global_batch(tmp_path: Path) -> None:
+def test_a_two_rank_run_accumulates_to_the_global_batch(shared_runs: SharedRuns) -> None:
     """ddp x2, trainer.global_batch_size=16 with at most 4 per forward: 8 per rank in two
-    micro-batches, 4 optimizer steps (trainer.max_steps) of 16 images each."""
-    run_dir = tmp_path / "run"
-    result = run_cli(
-        [
-            *FAST,
-            "topology=ddp",
-            "launcher=torchrun",
-            "launcher.nproc_per_node=2",
-            "trainer.global_batch_size=16",
-            "trainer.batch_size=4",
-            "trainer.log_every_n_steps=1",
-            f"hydra.run.dir={run_dir}",
-        ],
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    micro-batches, 4 optimizer steps (trainer.max_steps) of 16 images each. The session's run
+    of that config (conftest.DDP_ACCUMULATING_PROFILED), which test_profiling.py reads too."""
+    run_dir = shared_runs.get("ddp_accumulating_profiled", DDP_ACCUMULATING_PROFILED)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed"
     assert summary["metrics"]["global_batch"] == 16 and summary["metrics"]["steps"] == 4

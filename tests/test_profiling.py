@@ -11,7 +11,7 @@ import torch
 
 from experiments.snn.engines.profiling import StepProfiler, summary_metrics
 
-from .conftest import FAST, run_cli
+from .conftest import DDP_ACCUMULATING_PROFILED, FAST, SharedRuns, run_cli
 
 
 def _work() -> None:
@@ -60,21 +60,23 @@ def test_zero_steps_is_off(tmp_path: Path) -> None:
     assert profiler.digest is None and not (tmp_path / "profile").exists()
 
 
-def _profiled_run(tmp_path: Path, extra: list[str]) -> tuple[dict, Path]:
-    """Runs through the CLI; the closing report names the profile (checked here for all)."""
-    run_dir = tmp_path / "run"
-    result = run_cli(
-        [*FAST, "trainer.profile_steps=2", *extra, f"hydra.run.dir={run_dir}"], cwd=tmp_path
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "gpuGetDeviceCount" not in result.stderr  # Kineto's CPU-only noise is silenced
-    assert "ms/step, collectives in flight" in result.stdout
-    return json.loads((run_dir / "summary.json").read_text())["metrics"], run_dir
+def _said_the_profile(stdout: str, stderr: str) -> None:
+    """The closing report names the profile (checked for every profiled run here)."""
+    assert "gpuGetDeviceCount" not in stderr  # Kineto's CPU-only noise is silenced
+    assert "ms/step, collectives in flight" in stdout
+
+
+def _metrics(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())["metrics"]
 
 
 @pytest.mark.slow
 def test_single_process_run_records_step_time_and_no_communication(tmp_path: Path) -> None:
-    metrics, run_dir = _profiled_run(tmp_path, [])
+    run_dir = tmp_path / "run"
+    result = run_cli([*FAST, "trainer.profile_steps=2", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    _said_the_profile(result.stdout, result.stderr)
+    metrics = _metrics(run_dir)
     assert metrics["profile_steps"] == 2
     (step_ms,) = metrics["profile_step_ms_per_rank"]
     assert step_ms > 0
@@ -84,11 +86,13 @@ def test_single_process_run_records_step_time_and_no_communication(tmp_path: Pat
 
 @pytest.mark.slow
 @pytest.mark.dist
-def test_ddp_ranks_record_time_spent_in_collectives(tmp_path: Path) -> None:
-    metrics, run_dir = _profiled_run(
-        tmp_path,
-        ["topology=ddp", "launcher=torchrun", "launcher.nproc_per_node=2", "trainer.batch_size=8"],
-    )
+def test_ddp_ranks_record_time_spent_in_collectives(shared_runs: SharedRuns) -> None:
+    """The session's two-rank DDP run, its steps of two micro-batches each profiled
+    (conftest.DDP_ACCUMULATING_PROFILED; test_global_batch.py reads its accumulation)."""
+    run_dir = shared_runs.get("ddp_accumulating_profiled", DDP_ACCUMULATING_PROFILED)
+    _said_the_profile(*shared_runs.output("ddp_accumulating_profiled"))
+    metrics = _metrics(run_dir)
+    assert metrics["profile_steps"] == 2
     steps = metrics["profile_step_ms_per_rank"]
     collectives = metrics["profile_collective_ms_per_rank"]
     assert len(steps) == len(collectives) == 2
