@@ -51,6 +51,10 @@ FAST = [
     "data.val_size=64",
     "model.time_steps=2",
 ]
+# FAST in one process, its last step (4) checkpointed and its first two steps profiled: a run
+# of the session (SharedRuns) that test_train.py reruns (copies), test_cli.py reports and
+# extends (a copy) and test_profiling.py reads for its single-process profile.
+FAST_SINGLE = [*FAST, "trainer.checkpoint_interval=4", "trainer.profile_steps=2"]
 # Two DDP ranks over torchrun at a global batch of 16 in micro-batches of 4 (two a step), the
 # first two steps profiled: a run of the session (SharedRuns) that test_global_batch.py reads
 # for its accumulation and test_profiling.py for its collectives.

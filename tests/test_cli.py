@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from .conftest import BIN, FAST, SLURM_FSDP2_TP, read_jsonl, run_cli, run_cli_in_process
+from .conftest import (
+    BIN,
+    FAST_SINGLE,
+    SLURM_FSDP2_TP,
+    SharedRuns,
+    read_jsonl,
+    run_cli,
+    run_cli_in_process,
+)
 
 
 @pytest.mark.slow
@@ -90,19 +99,20 @@ def test_a_preset_whose_data_root_is_required_can_be_dry_run(tmp_path: Path) -> 
 
 @pytest.mark.slow
 @pytest.mark.smoke  # the SNN family's tiny real run in `make check`
-def test_a_short_run_logs_its_last_step_and_reports_as_a_single_run(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    result = run_cli([*FAST, "trainer.max_steps=3", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_a_short_run_logs_its_last_step_and_reports_as_a_single_run(
+    shared_runs: SharedRuns, tmp_path: Path
+) -> None:
+    """The session's FAST_SINGLE run: 4 steps."""
+    run_dir = shared_runs.get("fast_single", FAST_SINGLE)
     # log_every_n_steps is 10: the last step is logged anyway, so the loss panel is not empty
-    assert [r["step"] for r in read_jsonl(run_dir / "steps.jsonl")] == [3]
+    assert [r["step"] for r in read_jsonl(run_dir / "steps.jsonl")] == [4]
     before = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
     report = subprocess.run(
         [str(BIN / "experiments-report"), str(run_dir)], capture_output=True, text=True, timeout=120
     )
     assert report.returncode == 0, report.stderr
     assert report.stdout.startswith(f"Run {run_dir}: completed (sew_resnet18 on synthetic")
-    assert "val_accuracy" in report.stdout and "steps         3" in report.stdout
+    assert "val_accuracy" in report.stdout and "steps         4" in report.stdout
     assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before  # wrote nothing
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -116,11 +126,12 @@ def test_a_short_run_logs_its_last_step_and_reports_as_a_single_run(tmp_path: Pa
 
 @pytest.mark.slow
 def test_a_completed_runs_record_is_never_rewritten_except_by_an_extension(
-    tmp_path: Path,
+    shared_runs: SharedRuns, tmp_path: Path
 ) -> None:
+    """A copy of the session's FAST_SINGLE run (4 steps, checkpointed at 4), run again."""
     run_dir = tmp_path / "run"
-    base = [*FAST, "trainer.checkpoint_interval=2", f"hydra.run.dir={run_dir}"]
-    assert run_cli(base, cwd=tmp_path).returncode == 0
+    shutil.copytree(shared_runs.get("fast_single", FAST_SINGLE), run_dir)
+    base = [*FAST_SINGLE, f"hydra.run.dir={run_dir}"]
     recorded = (run_dir / ".hydra" / "config.yaml").read_text()
     summary = (run_dir / "summary.json").read_text()
 

@@ -11,7 +11,7 @@ import torch
 
 from experiments.snn.engines.profiling import StepProfiler, summary_metrics
 
-from .conftest import DDP_ACCUMULATING_PROFILED, FAST, SharedRuns, run_cli
+from .conftest import DDP_ACCUMULATING_PROFILED, FAST_SINGLE, SharedRuns
 
 
 def _work() -> None:
@@ -71,11 +71,13 @@ def _metrics(run_dir: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_single_process_run_records_step_time_and_no_communication(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    result = run_cli([*FAST, "trainer.profile_steps=2", f"hydra.run.dir={run_dir}"], cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    _said_the_profile(result.stdout, result.stderr)
+def test_single_process_run_records_step_time_and_no_communication(
+    shared_runs: SharedRuns,
+) -> None:
+    """The session's single-process FAST run, its first two steps profiled
+    (conftest.FAST_SINGLE)."""
+    run_dir = shared_runs.get("fast_single", FAST_SINGLE)
+    _said_the_profile(*shared_runs.output("fast_single"))
     metrics = _metrics(run_dir)
     assert metrics["profile_steps"] == 2
     (step_ms,) = metrics["profile_step_ms_per_rank"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import FAST, read_jsonl, run_cli, run_cli_in_process
+from .conftest import FAST_SINGLE, SharedRuns, read_jsonl, run_cli, run_cli_in_process
 from .support import processes
 
 # 16 steps an epoch of batch 8 (128 synthetic images), a small validation set: resume tests
@@ -25,7 +25,6 @@ SMALL_EPOCHS = [
 ]
 
 
-FAST_RUN = [*FAST, "trainer.checkpoint_interval=4"]
 # Two epochs of 16 steps asked, a checkpoint every 4 steps.
 MID_EPOCH = [*SMALL_EPOCHS, "trainer.epochs=2", "trainer.checkpoint_interval=4"]
 
@@ -42,14 +41,11 @@ def nine_steps(module_tmp: Callable[[str], Path]) -> Path:
     return run_dir
 
 
-@pytest.fixture(scope="module")
-def fast_run(module_tmp: Callable[[str], Path]) -> Path:
-    """One FAST run (its last step, 4, checkpointed), which each test below reruns in a copy."""
-    root = module_tmp("fast_run")
-    run_dir = root / "run"
-    result = run_cli([*FAST_RUN, f"hydra.run.dir={run_dir}"], cwd=root)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return run_dir
+@pytest.fixture
+def fast_run(shared_runs: SharedRuns) -> Path:
+    """The session's FAST_SINGLE run (its last step, 4, checkpointed), which each test below
+    reruns in a copy."""
+    return shared_runs.get("fast_single", FAST_SINGLE)
 
 
 def _copy_of(run_dir: Path, tmp_path: Path) -> Path:
@@ -64,7 +60,7 @@ def test_rerun_in_a_completed_run_directory_does_not_retrain(
 ) -> None:
     run_dir = _copy_of(fast_run, tmp_path)
     before = (run_dir / "summary.json").read_text()
-    again = run_cli([*FAST_RUN, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
+    again = run_cli([*FAST_SINGLE, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
     assert again.returncode == 0
     assert "already completed" in again.stdout
     assert (run_dir / "summary.json").read_text() == before
@@ -110,7 +106,7 @@ def test_resume_from_a_mid_epoch_final_checkpoint_continues_the_trajectory(
 @pytest.mark.slow
 def test_resume_at_the_last_step_still_reports_real_metrics(fast_run: Path, tmp_path: Path) -> None:
     run_dir = _copy_of(fast_run, tmp_path)
-    args = [*FAST_RUN, f"hydra.run.dir={run_dir}"]
+    args = [*FAST_SINGLE, f"hydra.run.dir={run_dir}"]
     trained = json.loads((run_dir / "summary.json").read_text())["metrics"]
     _mark_interrupted(run_dir)  # as if killed during the final evaluation
     second = run_cli(args, cwd=tmp_path)
