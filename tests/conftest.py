@@ -547,6 +547,17 @@ def sacct_field(job: str, field: str) -> list[str]:
     return [line.strip() for line in shown.stdout.splitlines() if line.strip()]
 
 
+def sacct_states(job_id: str) -> set[str]:
+    """States sacct reports for a job (an array task's id lists the whole array)."""
+    states: set[str] = set()
+    for _ in range(20):  # accounting lags the job by about a second
+        states = set(sacct_field(job_id, "State"))
+        if states and not states & {"RUNNING", "PENDING", "COMPLETING"}:
+            break
+        time.sleep(0.5)
+    return states
+
+
 def job_state(job: str) -> str:
     """The Slurm job's state as squeue shows it ('' once it left the queue)."""
     out = processes.run(["squeue", "-h", "-j", job, "-o", "%T"], timeout=30).stdout

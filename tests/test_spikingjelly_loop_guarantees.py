@@ -27,6 +27,7 @@ from .conftest import (
     read_jsonl,
     run_cli,
     run_tool,
+    sacct_states,
     start_now_when_pending,
 )
 from .support import processes
@@ -260,7 +261,9 @@ def test_requeue_stops_at_the_signal_step_and_resumes_on_the_same_trajectory(
     `interrupted` and the requeued job resumes from it. Then the time limit's signal: SIGUSR2
     (what submitit asks Slurm for `launcher.signal_delay_s` before the limit) to the resumed
     job's task: the same stop at the signal's step, and submitit's own handler requeues the
-    job. Both stops lose nothing: each step once, on the uninterrupted run's losses."""
+    job. Both stops lose nothing: each step once, on the uninterrupted run's losses. The same
+    job shows what a plain run through the scheduler shows the user: what the job asks for,
+    its end, and its Slurm log, found from the run directory."""
     args = [
         *[a for a in SINGLE if not a.startswith(("trainer.checkpoint_interval", "data.train"))],
         "data.train_size=1024",
@@ -317,6 +320,14 @@ def test_requeue_stops_at_the_signal_step_and_resumes_on_the_same_trajectory(
     losses = [s["loss"] for s in read_jsonl(steps)]
     expected = [s["loss"] for s in read_jsonl(reference / "steps.jsonl")]
     assert losses == pytest.approx(expected, rel=1e-6)
+    assert sacct_states(job) == {"COMPLETED"}
+    said = log.read_text()
+    assert f"Slurm job {job} completed, {sweep / '0'}" in said
+    # the submission says what the job asks for, and that an SNN job asking no GPU trains on CPUs
+    assert "Slurm job: 1 node(s) x 1 task(s), no GPU (launcher.gpus_per_node=0)" in said
+    assert "warning: launcher.gpus_per_node=0: the job asks Slurm for no GPU" in said
+    assert Path(record["slurm"]["stdout"]).is_file()  # Slurm's log, found from the run dir
+    assert (sweep / "0" / "checkpoints").is_dir() and (sweep / "0" / "metrics.jsonl").exists()
     figures(stopped_at=stops)
 
 
