@@ -53,8 +53,14 @@ FAST = [
 ]
 # FAST in one process, its last step (4) checkpointed and its first two steps profiled: a run
 # of the session (SharedRuns) that test_train.py reruns (copies), test_cli.py reports and
-# extends (a copy) and test_profiling.py reads for its single-process profile.
-FAST_SINGLE = [*FAST, "trainer.checkpoint_interval=4", "trainer.profile_steps=2"]
+# extends (a copy) and test_profiling.py reads for its single-process profile. None of them
+# reads spike figures, so it measures none (~1 CPU-s a run, mostly spikes.png).
+FAST_SINGLE = [
+    *FAST,
+    "trainer.checkpoint_interval=4",
+    "trainer.profile_steps=2",
+    "trainer.spikes.images=0",
+]
 # Two DDP ranks over torchrun at a global batch of 16 in micro-batches of 4 (two a step), the
 # first two steps profiled: a run of the session (SharedRuns) that test_global_batch.py reads
 # for its accumulation and test_profiling.py for its collectives.

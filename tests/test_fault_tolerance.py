@@ -32,6 +32,8 @@ BASE = [
     "trainer.checkpoint_interval=4",
     "trainer.keep_checkpoints=3",
     "seed=5",
+    # No test here reads spike figures: its runs measure none (~1 CPU-s a run, mostly spikes.png).
+    "trainer.spikes.images=0",
 ]
 
 

@@ -60,6 +60,9 @@ BASE = [
     "trainer.batch_size=8",
     "trainer.epochs=1",
     "trainer.checkpoint_interval=4",
+    # No test here reads spike figures: its runs measure none (~1 CPU-s a run, mostly
+    # spikes.png), as test_topologies.py's fsdp2_tp run, the FSDP2 x TP reference, measures none.
+    "trainer.spikes.images=0",
 ]
 DDP = [*BASE, "topology=ddp", f"trainer.max_steps={DDP_STEPS}"]
 # FSDP2 over the nodes, channel TP inside each node: a (dp=2, pp=1, tp=2) mesh of 4 ranks.
@@ -69,9 +72,6 @@ FSDP2_TP = [
     "topology=fsdp2",
     "topology.tensor_parallel_size=2",
     "trainer.max_steps=8",
-    # No test here reads spike figures; and so the reference is test_topologies.py's run of
-    # the same config (conftest.SharedRuns), which counts none either.
-    "trainer.spikes.images=0",
 ]
 SLURM = ["launcher=slurm", "launcher.mem_gb=4", "launcher.cpus_per_task=1"]
 TWO_NODES = [*SLURM, "launcher.nodes=2", "launcher.tasks_per_node=1"]

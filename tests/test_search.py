@@ -37,6 +37,8 @@ SEARCH = [
     "trainer.batch_size=16",
     "trainer.epochs=1",
     "hydra.sweeper.params={optimizer.lr:'tag(log, interval(1e-4, 1.0))'}",
+    # No test here reads spike figures: its runs measure none (~1 CPU-s a run, mostly spikes.png).
+    "trainer.spikes.images=0",
 ]
 
 

@@ -20,6 +20,8 @@ SLURM = [
     "launcher=slurm",
     "launcher.mem_gb=4",
     "launcher.cpus_per_task=1",
+    # No test here reads spike figures: its runs measure none (~1 CPU-s a run, mostly spikes.png).
+    "trainer.spikes.images=0",
 ]
 SMALL = ["data=synthetic", "data.train_size=256", "data.val_size=64", *SLURM]
 

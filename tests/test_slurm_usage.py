@@ -27,7 +27,14 @@ SLURM_TOOLS = frozenset([
 # What sacct says, on stderr with exit status 1, on a cluster without accounting (measured with
 # scripts/slurm/cluster.sh and SLURM_TEST_ACCOUNTING=0).
 NO_ACCOUNTING = "Slurm accounting storage is disabled"
-TINY = ["data=synthetic", "trainer.max_steps=1", "model.time_steps=2", "launcher.mem_gb=1"]
+# No test here reads spike figures: its runs measure none (~1 CPU-s a run, mostly spikes.png).
+TINY = [
+    "data=synthetic",
+    "trainer.max_steps=1",
+    "model.time_steps=2",
+    "launcher.mem_gb=1",
+    "trainer.spikes.images=0",
+]
 
 
 def _written(folder: Path) -> list[str]:

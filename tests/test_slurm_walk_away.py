@@ -33,6 +33,8 @@ TINY = [
     "launcher.mem_gb=2",
     "launcher.cpus_per_task=1",
     "launcher.wait=false",
+    # No test here reads spike figures: its runs measure none (~1 CPU-s a run, mostly spikes.png).
+    "trainer.spikes.images=0",
 ]
 PROBE_ENV = "EXPERIMENTS_EDIT_PROBE"
 # Appended to the package the login imported, once the jobs are queued: whoever imports the

@@ -22,6 +22,8 @@ SMALL_EPOCHS = [
     "model.time_steps=2",
     "trainer.batch_size=8",
     "trainer.log_every_n_steps=1",
+    # No test here reads spike figures: its runs measure none (~1 CPU-s a run, mostly spikes.png).
+    "trainer.spikes.images=0",
 ]
 
 
