@@ -91,6 +91,7 @@ SLURM = [
     "trainer.batch_size=8",
     "logger=none",
     "trainer.spikes.guard=null",
+    "trainer.spikes.images=0",  # no test here reads spike figures (~1 CPU-s a run)
     "trainer.max_steps=1",
     "launcher=slurm",
     "launcher.mem_gb=2",
