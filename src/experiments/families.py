@@ -71,11 +71,9 @@ class Family:
     # the report's columns, and its two learning-curve panels
     metrics: tuple[str, ...]
     curves: tuple[Curve, ...]
-    # what `trainer.early_stopping.metric` may monitor (the first is `auto`), and the engines
-    # whose loop leaves no way to stop early, with the reason given when it is asked for
+    # what `trainer.early_stopping.metric` may monitor (the first is `auto`)
     monitored: tuple[str, ...] = ()
     monitored_source: str = "the run evaluates"  # "what <this> while it trains"
-    no_early_stopping: Mapping[str, str] = field(default_factory=dict)
     # engines of earlier versions that no longer train: name -> why a run it recorded cannot
     # be resumed, and what to do instead
     retired_engines: Mapping[str, str] = field(default_factory=dict)

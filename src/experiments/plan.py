@@ -20,7 +20,7 @@ from experiments.composition import _placeholder_root_for_dry_run, _resolve
 from experiments.errors import ConfigError
 from experiments.run import early_stopping
 from experiments.run.recorded_config import check_against_record
-from experiments.sweepers.search_config import check_direction, search_pruner, storage_warning
+from experiments.sweepers.search_config import check_direction, storage_warning
 
 
 def _objectives(value: Any, family: Any) -> tuple[str, ...]:
@@ -82,5 +82,4 @@ def build_plan(
         warning = storage_warning(cfg)
         if warning is not None and hasattr(plan, "launch_notes"):
             plan.launch_notes.append(warning)
-    early_stopping.check_pruned_trial(search_pruner(cfg), plan.engine, family)
     return early_stopping.attach(plan, values["trainer"], family)

@@ -43,20 +43,16 @@ class EarlyStopping:
 def from_trainer(
     trainer: dict[str, Any],
     metrics: tuple[str, ...],
-    refused: str | None = None,
     source: str = "the run evaluates",
 ) -> EarlyStopping | None:
     """`trainer.early_stopping` for this family; None when off (patience null). `metrics`:
     what the family's loop evaluates while it trains (the first is `auto`), `source` who
-    does; `refused`: why the run's engine cannot stop early, if it cannot. The keys' types
-    and ranges are their schema's (schemas/trainer.py); raises ConfigError for what the
-    family decides."""
+    does. Every engine's loop can stop after an evaluation. The keys' types and ranges are
+    their schema's (schemas/trainer.py); raises ConfigError for what the family decides."""
     node = trainer.get("early_stopping") or {}
     patience = node.get("patience")
     if patience is None:
         return None
-    if refused:
-        raise ConfigError("trainer.early_stopping.patience", patience, refused)
     metric = node.get("metric", "auto")
     if metric == "auto":
         metric = metrics[0]
@@ -74,25 +70,9 @@ def from_trainer(
 
 def attach(plan: Any, trainer: dict[str, Any], family: Any) -> Any:
     """Planning: the plan carries its checked early-stopping settings (or None). `family`
-    (experiments.families.Family) says what can be monitored and which engines cannot stop."""
-    plan.early_stopping = from_trainer(
-        trainer,
-        family.monitored,
-        family.no_early_stopping.get(plan.engine),
-        family.monitored_source,
-    )
+    (experiments.families.Family) says what can be monitored."""
+    plan.early_stopping = from_trainer(trainer, family.monitored, family.monitored_source)
     return plan
-
-
-def check_pruned_trial(pruner: str | None, engine: str, family: Any) -> None:
-    """A trial of a pruned search reports through the same per-evaluation call as early
-    stopping: an engine that cannot stop early cannot report either (it would run every
-    trial to its end, silently unpruned)."""
-    why = family.no_early_stopping.get(engine)
-    if pruner is not None and why:
-        raise ConfigError(
-            "hydra.sweeper.pruner", pruner, f"none with trainer.engine={engine}: {why}"
-        )
 
 
 @dataclass
