@@ -51,15 +51,19 @@ FAST = [
     "data.val_size=64",
     "model.time_steps=2",
 ]
+# For the runs whose tests read no spike figure: an SNN run measures spikes at every evaluation
+# and draws spikes.png at its end, 1.0-1.4 CPU-s of a 4-step single-process run (BENCHMARKS.md,
+# 2026-12-07).
+NO_SPIKES = ["trainer.spikes.images=0"]
 # FAST in one process, its last step (4) checkpointed and its first two steps profiled: a run
 # of the session (SharedRuns) that test_train.py reruns (copies), test_cli.py reports and
-# extends (a copy) and test_profiling.py reads for its single-process profile. None of them
-# reads spike figures, so it measures none (~1 CPU-s a run, mostly spikes.png).
+# extends (a copy) and test_profiling.py reads for its single-process profile; none of them
+# reads spike figures.
 FAST_SINGLE = [
     *FAST,
     "trainer.checkpoint_interval=4",
     "trainer.profile_steps=2",
-    "trainer.spikes.images=0",
+    *NO_SPIKES,
 ]
 # Two DDP ranks over torchrun at a global batch of 16 in micro-batches of 4 (two a step), the
 # first two steps profiled: a run of the session (SharedRuns) that test_global_batch.py reads

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import CLI, REPO, Result, cli_env, read_jsonl, run_cli
+from .conftest import CLI, NO_SPIKES, REPO, Result, cli_env, read_jsonl, run_cli
 from .support import processes
 
 pytestmark = pytest.mark.slow
@@ -32,8 +32,7 @@ BASE = [
     "trainer.checkpoint_interval=4",
     "trainer.keep_checkpoints=3",
     "seed=5",
-    # No test here reads spike figures: its runs measure none (~1 CPU-s a run, mostly spikes.png).
-    "trainer.spikes.images=0",
+    *NO_SPIKES,  # no test here reads spike figures
 ]
 
 

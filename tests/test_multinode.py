@@ -30,6 +30,7 @@ from experiments.status import submitted
 
 from .conftest import (
     CLI,
+    NO_SPIKES,
     REPO,
     SLURM_NODES,
     SharedRuns,
@@ -60,9 +61,9 @@ BASE = [
     "trainer.batch_size=8",
     "trainer.epochs=1",
     "trainer.checkpoint_interval=4",
-    # No test here reads spike figures: its runs measure none (~1 CPU-s a run, mostly
-    # spikes.png), as test_topologies.py's fsdp2_tp run, the FSDP2 x TP reference, measures none.
-    "trainer.spikes.images=0",
+    # No test here reads spike figures (nor test_topologies.py's of its fsdp2_tp run, the FSDP2
+    # x TP reference).
+    *NO_SPIKES,
 ]
 DDP = [*BASE, "topology=ddp", f"trainer.max_steps={DDP_STEPS}"]
 # FSDP2 over the nodes, channel TP inside each node: a (dp=2, pp=1, tp=2) mesh of 4 ranks.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import BIN, TINY_POINT, cli_env, run_cli, run_cli_in_process
+from .conftest import BIN, NO_SPIKES, TINY_POINT, cli_env, run_cli, run_cli_in_process
 from .support import processes
 from .test_robustness import small_disk  # noqa: F401 (a fixture: a tmpfs of its own)
 
@@ -91,7 +91,7 @@ SLURM = [
     "trainer.batch_size=8",
     "logger=none",
     "trainer.spikes.guard=null",
-    "trainer.spikes.images=0",  # no test here reads spike figures (~1 CPU-s a run)
+    *NO_SPIKES,  # no test here reads spike figures
     "trainer.max_steps=1",
     "launcher=slurm",
     "launcher.mem_gb=2",

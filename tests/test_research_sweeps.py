@@ -21,6 +21,7 @@ from experiments.sweepers import pruning
 
 from .conftest import (
     MAX_TIMEOUT,
+    NO_SPIKES,
     REPO,
     TINY_POINT,
     on_python_path,
@@ -34,9 +35,8 @@ from .support.studies import study_trials
 pytestmark = pytest.mark.slow
 
 TINY = TINY_POINT
-# The runs whose tests read no spike figures measure none (~1 CPU-s a run, mostly spikes.png);
-# the seed sweep's report reads them (TINY).
-TINY_UNMEASURED = [*TINY, "trainer.spikes.images=0"]
+# The runs whose tests read no spike figures (the seed sweep's report reads them: TINY).
+TINY_UNMEASURED = [*TINY, *NO_SPIKES]
 SLURM = ["launcher=slurm", "launcher.mem_gb=4", "launcher.cpus_per_task=1"]
 SITE = str(REPO / "tests" / "support" / "site")  # test-only step sleep (sitecustomize)
 

@@ -19,7 +19,7 @@ from experiments.report.optuna_figures import write_optuna_figures
 from experiments.run.search_trial import SPEC
 from experiments.sweepers.optuna import INTERRUPTED, ResumableOptunaSweeperImpl
 
-from .conftest import CLI, cli_env, run_cli, unreadable_imagefolder
+from .conftest import CLI, NO_SPIKES, cli_env, run_cli, unreadable_imagefolder
 from .support import processes
 from .support.studies import only_study
 
@@ -37,8 +37,7 @@ SEARCH = [
     "trainer.batch_size=16",
     "trainer.epochs=1",
     "hydra.sweeper.params={optimizer.lr:'tag(log, interval(1e-4, 1.0))'}",
-    # No test here reads spike figures: its runs measure none (~1 CPU-s a run, mostly spikes.png).
-    "trainer.spikes.images=0",
+    *NO_SPIKES,  # no test here reads spike figures
 ]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import read_jsonl, run_cli, sacct_states, unreadable_imagefolder
+from .conftest import NO_SPIKES, read_jsonl, run_cli, sacct_states, unreadable_imagefolder
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -20,8 +20,7 @@ SLURM = [
     "launcher=slurm",
     "launcher.mem_gb=4",
     "launcher.cpus_per_task=1",
-    # No test here reads spike figures: its runs measure none (~1 CPU-s a run, mostly spikes.png).
-    "trainer.spikes.images=0",
+    *NO_SPIKES,  # no test here reads spike figures
 ]
 SMALL = ["data=synthetic", "data.train_size=256", "data.val_size=64", *SLURM]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import BIN, run_cli, unreadable_imagefolder
+from .conftest import BIN, NO_SPIKES, run_cli, unreadable_imagefolder
 
 # Slurm's client commands (Debian's slurm-client and slurm-wlm): a PATH without Slurm has none.
 # fmt: off
@@ -27,13 +27,12 @@ SLURM_TOOLS = frozenset([
 # What sacct says, on stderr with exit status 1, on a cluster without accounting (measured with
 # scripts/slurm/cluster.sh and SLURM_TEST_ACCOUNTING=0).
 NO_ACCOUNTING = "Slurm accounting storage is disabled"
-# No test here reads spike figures: its runs measure none (~1 CPU-s a run, mostly spikes.png).
 TINY = [
     "data=synthetic",
     "trainer.max_steps=1",
     "model.time_steps=2",
     "launcher.mem_gb=1",
-    "trainer.spikes.images=0",
+    *NO_SPIKES,  # no test here reads spike figures
 ]
 
 

@@ -21,7 +21,15 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import BIN, SLURM_MAX_ARRAY_SIZE, TINY_POINT, cli_env, run_cli, sacct_field
+from .conftest import (
+    BIN,
+    NO_SPIKES,
+    SLURM_MAX_ARRAY_SIZE,
+    TINY_POINT,
+    cli_env,
+    run_cli,
+    sacct_field,
+)
 from .support import processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
@@ -33,8 +41,7 @@ TINY = [
     "launcher.mem_gb=2",
     "launcher.cpus_per_task=1",
     "launcher.wait=false",
-    # No test here reads spike figures: its runs measure none (~1 CPU-s a run, mostly spikes.png).
-    "trainer.spikes.images=0",
+    *NO_SPIKES,  # no test here reads spike figures
 ]
 PROBE_ENV = "EXPERIMENTS_EDIT_PROBE"
 # Appended to the package the login imported, once the jobs are queued: whoever imports the

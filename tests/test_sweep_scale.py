@@ -174,13 +174,13 @@ def test_a_killed_sweep_login_stops_its_warm_point_after_a_checkpoint(tmp_path: 
     import signal
     import time
 
-    from .conftest import CLI, cli_env
+    from .conftest import CLI, NO_SPIKES, cli_env
     from .support import processes
 
     sweep = tmp_path / "sweep"
     args = ["-m", "data=synthetic", "data.train_size=256", "data.val_size=32"]
     args += ["model.time_steps=2", "trainer.batch_size=8", "trainer.epochs=3", "seed=1,2"]
-    args += ["logger=none", "trainer.spikes.guard=null", "trainer.spikes.images=0"]
+    args += ["logger=none", "trainer.spikes.guard=null", *NO_SPIKES]
     args += [f"hydra.sweep.dir={sweep}"]
     with open(tmp_path / "login.err", "w") as stderr:
         login = processes.spawn([CLI, *args], cwd=tmp_path, env=cli_env(), stderr=stderr)

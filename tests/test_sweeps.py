@@ -16,6 +16,7 @@ from experiments.report import write_report
 
 from .conftest import (
     BIN,
+    NO_SPIKES,
     SLURM_FSDP2_TP,
     compose_run,
     plan_for,
@@ -36,8 +37,7 @@ FAST = [
     "trainer.max_steps=2",
     "trainer.log_every_n_steps=1",
     "seed=11",  # not the default (1234): the points must record the seed they were given
-    # No test here reads spike figures: its runs measure none (~1 CPU-s a run, mostly spikes.png).
-    "trainer.spikes.images=0",
+    *NO_SPIKES,  # no test here reads spike figures
 ]
 SEED = 11
 # Points in sweep order: data.root (good, unreadable) x optimizer.lr (1e-3, 3e-3).

@@ -30,7 +30,7 @@ import yaml
 
 from experiments.snn.engines.spikingjelly_checkpoints import read_shard
 
-from .conftest import REPO, SharedRuns, on_python_path, read_jsonl, run_cli
+from .conftest import NO_SPIKES, REPO, SharedRuns, on_python_path, read_jsonl, run_cli
 from .recorded_data import read_indices
 
 pytestmark = [pytest.mark.slow, pytest.mark.dist]
@@ -61,7 +61,6 @@ FOUR = ["launcher=torchrun", "launcher.nproc_per_node=4"]
 RECORDED = ["data.builder=tests.recorded_data.build_recorded_datasets"]
 # The runs no test reads spike figures of, nor continues by the same command, measure none (a
 # run's final evaluation counts spikes on 32 images, ~2 CPU-s a 2-rank run).
-NO_SPIKES = ["trainer.spikes.images=0"]
 RUNS = {
     "single": [],
     "tp": ["topology=channel_tp", *TWO],

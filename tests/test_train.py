@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import FAST_SINGLE, SharedRuns, read_jsonl, run_cli, run_cli_in_process
+from .conftest import FAST_SINGLE, NO_SPIKES, SharedRuns, read_jsonl, run_cli, run_cli_in_process
 from .support import processes
 
 # 16 steps an epoch of batch 8 (128 synthetic images), a small validation set: resume tests
@@ -22,8 +22,7 @@ SMALL_EPOCHS = [
     "model.time_steps=2",
     "trainer.batch_size=8",
     "trainer.log_every_n_steps=1",
-    # No test here reads spike figures: its runs measure none (~1 CPU-s a run, mostly spikes.png).
-    "trainer.spikes.images=0",
+    *NO_SPIKES,  # no test here reads spike figures
 ]
 
 
