@@ -2,8 +2,9 @@
 topology, and through Slurm as through torchrun.
 
 Every run goes through the installed CLI and real torchrun ranks, once per topology
-(module-scoped), and every assertion reads those runs: the summary (engine, device, ranks),
-the library's own `step_N/` DCP checkpoints, steps.jsonl and metrics.jsonl.
+(module-scoped; FSDP2 x TP is the session's shared run of test_multinode.py's config), and every
+assertion reads those runs: the summary (engine, device, ranks), the library's own `step_N/`
+DCP checkpoints, steps.jsonl and metrics.jsonl.
 
 The config makes differences visible: SGD with momentum (a wrong gradient scale carries into
 every later step), 36 training images in batches of 8 (a short last batch: an epoch mean
@@ -52,13 +53,14 @@ TOPOLOGIES = {
     "fsdp2": ["topology=fsdp2", *TWO],
     "channel_tp": ["topology=channel_tp", *TWO],
     "pp": ["topology=pp", *TWO, "topology.pipeline_microbatches=1"],
-    "fsdp2_tp": [
-        "topology=fsdp2",
-        "launcher=torchrun",
-        "launcher.nproc_per_node=4",
-        "topology.tensor_parallel_size=2",
-    ],
 }
+# FSDP2 x channel TP on 4 ranks is the session's run of test_multinode.py's config
+# (conftest.SharedRuns; test_topologies.py reads it too): 128 images, one epoch of 8 steps, a
+# checkpoint every 4. A 4-rank run of this file's config would add ~30 CPU-s to the suite for
+# what the 2-rank topologies above already show of the epochs and the short last batch.
+SHARED = "fsdp2_tp"
+# (training images, epochs, checkpoint interval) of each run's config
+SIZES = {**dict.fromkeys(TOPOLOGIES, (36, 2, 2)), SHARED: (128, 1, 4)}
 # Same config, same data order, same reductions. Measured: parameters bit-identical after every
 # topology's run, epoch metrics within 5.4e-8 (the epoch mean's summation order); asked: 1e-4.
 REL = 1e-6
@@ -70,11 +72,14 @@ def python_path() -> str:
 
 
 class Runs:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, shared: SharedRuns) -> None:
         self.root = root
+        self.shared = shared
         self.done: dict[str, Path] = {}
 
     def get(self, topology: str) -> Path:
+        if topology == SHARED:
+            return self.shared.get(SHARED, FSDP2_TP_ONE_NODE)
         if topology not in self.done:
             run_dir = self.root / topology
             result = run_cli(
@@ -92,8 +97,8 @@ class Runs:
 
 
 @pytest.fixture(scope="module")
-def runs(module_tmp: Callable[[str], Path]) -> Runs:
-    return Runs(module_tmp("spikingjelly_loop"))
+def runs(module_tmp: Callable[[str], Path], shared_runs: SharedRuns) -> Runs:
+    return Runs(module_tmp("spikingjelly_loop"), shared_runs)
 
 
 def newest(folder: Path) -> Path:
@@ -118,7 +123,7 @@ def same_trajectory(run: Path, reference: Path) -> float:
     return worst
 
 
-@pytest.mark.parametrize("topology", list(TOPOLOGIES))
+@pytest.mark.parametrize("topology", [*TOPOLOGIES, SHARED])
 def test_spikingjellys_loop_runs_each_topology_on_cpu_ranks(
     runs: Runs, topology: str, figures
 ) -> None:
@@ -135,8 +140,9 @@ def test_spikingjellys_loop_runs_each_topology_on_cpu_ranks(
     metrics = summary["metrics"]
     dp = summary["mesh"]["shape"][0]
     _, pipeline, tensor = summary["mesh"]["shape"]
-    steps_per_epoch = -(-36 // dp // 8) if pipeline == 1 else 36 // 8  # PP drops the last
-    assert metrics["steps"] == 2 * steps_per_epoch
+    images, epochs, interval = SIZES[topology]
+    steps_per_epoch = -(-images // dp // 8) if pipeline == 1 else images // 8  # PP drops the last
+    assert metrics["steps"] == epochs * steps_per_epoch
     assert metrics["train_loss_kind"] == "last epoch mean"
     # Each rank ran, where the mesh says, holding what its topology gives it.
     ranks = summary["ranks"]
@@ -152,7 +158,7 @@ def test_spikingjellys_loop_runs_each_topology_on_cpu_ranks(
     # step saved, only the newest keep_checkpoints=2 left.
     folders = sorted((runs.get(topology) / "checkpoints").iterdir())
     assert [f.name for f in folders] == [
-        f"step_{step:08d}" for step in (metrics["steps"] - 2, metrics["steps"])
+        f"step_{step:08d}" for step in (metrics["steps"] - interval, metrics["steps"])
     ] or [f.name for f in folders] == [
         f"step_{step:08d}" for step in (metrics["steps"] - 1, metrics["steps"])
     ]
