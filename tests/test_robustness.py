@@ -37,7 +37,7 @@ from experiments.run.record import (
     write_json_atomic,
 )
 
-from .conftest import CLI, cli_env, in_ci, read_jsonl, run_cli
+from .conftest import CLI, NO_SPIKES, cli_env, in_ci, read_jsonl, run_cli
 from .support import processes
 
 pytestmark = pytest.mark.slow
@@ -55,6 +55,10 @@ TINY = [
     "trainer.checkpoint_interval=1",
     "trainer.keep_checkpoints=1",
 ]
+# TINY for the tests that read no spike figure and fill no disk (conftest.NO_SPIKES). The
+# full-disk tests keep the measurement: where their small filesystem fills up depends on
+# what the run writes, spikes.json and spikes.png included.
+TINY_NO_SPIKES = [*TINY, *NO_SPIKES]
 
 
 def steps_of(run_dir: Path) -> list[int]:
@@ -304,7 +308,7 @@ def test_second_run_is_refused_and_a_sigkilled_holder_leaves_no_stale_lock(tmp_p
     run resuming a SIGKILLed one end to end, through this lock, is test_fault_tolerance.py's
     test_killed_process_resumes_on_rerun_onto_the_same_trajectory.)"""
     run_dir = tmp_path / "run"
-    args = [*TINY, "trainer.max_steps=3", f"hydra.run.dir={run_dir}"]
+    args = [*TINY_NO_SPIKES, "trainer.max_steps=3", f"hydra.run.dir={run_dir}"]
     holder = spawn(args, tmp_path, "holder")
     wait_until(lambda: (run_dir / "checkpoints" / "step_00000001").exists(), holder, "step 1")
     freeze(holder.tag)
@@ -359,7 +363,7 @@ def test_torchrun_ranks_share_their_lock_and_refuse_a_second_run(tmp_path: Path)
     report the record to it); a second (local) run of it is refused naming the owner; the
     torchrun run, let go on, completes with every step logged once."""
     run_dir = tmp_path / "run"
-    args = [*TINY, "trainer.max_steps=2", f"hydra.run.dir={run_dir}"]
+    args = [*TINY_NO_SPIKES, "trainer.max_steps=2", f"hydra.run.dir={run_dir}"]
     args += ["launcher=torchrun", "launcher.nproc_per_node=2", "topology=ddp"]
     holder = spawn(args, tmp_path, "tr")
     wait_until(lambda: (run_dir / "steps.jsonl").exists(), holder, "step 1 of torchrun")
@@ -423,7 +427,7 @@ def test_slurm_requeue_takes_its_lock_over_and_other_jobs_are_refused(
 # ---------------------------------------------------------------- Ctrl-C and broken records
 
 
-SWEEP = ["-m", "optimizer.lr=0.001,0.002,0.003,0.004", *TINY, "trainer.max_steps=2"]
+SWEEP = ["-m", "optimizer.lr=0.001,0.002,0.003,0.004", *TINY_NO_SPIKES, "trainer.max_steps=2"]
 
 
 @pytest.fixture(scope="module")
@@ -598,7 +602,7 @@ def test_ctrl_c_at_a_blocking_slurm_sweep_leaves_its_job_running_and_says_so(
     command then finishes the run with every step logged once."""
     sweep = tmp_path / "sweep"
     args = [
-        *TINY,
+        *TINY_NO_SPIKES,
         "trainer.max_steps=4",
         "launcher=slurm",
         "launcher.mem_gb=4",

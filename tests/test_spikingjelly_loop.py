@@ -246,7 +246,7 @@ def test_spikingjellys_loop_through_slurm_follows_its_torchrun_runs(
     with open(log, "w") as stderr:
         login = processes.spawn(command, cwd=tmp_path, env=env, stderr=stderr)
     pair = shared_runs.get("fsdp2_tp_two_nodes", FSDP2_TP_TWO_NODES, sweep=True)
-    pair_reference = shared_runs.get("fsdp2_tp", FSDP2_TP_ONE_NODE)
+    pair_reference = runs.get(SHARED)
     try:
         code = login.wait(timeout=400)
     except subprocess.TimeoutExpired:

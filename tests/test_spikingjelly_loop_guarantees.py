@@ -21,6 +21,7 @@ from experiments.snn.spikes_file import read as read_spikes
 
 from .conftest import (
     CLI,
+    NO_SPIKES,
     cli_env,
     login_ended_well,
     plan_for,
@@ -270,6 +271,7 @@ def test_requeue_stops_at_the_signal_step_and_resumes_on_the_same_trajectory(
         "trainer.epochs=1",
         "trainer.max_steps=48",
         "trainer.checkpoint_interval=1000",
+        *NO_SPIKES,  # no spike figure is read here
     ]
     reference = tmp_path / "reference"
     result = run_cli(
