@@ -31,7 +31,7 @@ from experiments.snn.models import (
 from experiments.snn.models.sew_dvs import SEWBlock
 from experiments.snn.models.spikformer import NeuronThenPool
 
-from .conftest import compose_run, plan_for, run_cli, run_cli_in_process
+from .conftest import NO_SPIKES, compose_run, plan_for, run_cli, run_cli_in_process
 
 IMAGENET = ["data=synthetic", "data.num_classes=1000", "data.image_size=224"]
 CIFAR10 = ["data=synthetic", "data.num_classes=10", "data.image_size=32"]
@@ -477,7 +477,7 @@ def test_a_two_channel_sew_resnet_trains_with_channel_tp_on_two_ranks(tmp_path: 
             "trainer.max_steps=2",
             "trainer.epochs=1",
             "trainer.batch_size=8",
-            "trainer.spikes.images=0",  # the spike measurement is test_spikes.py's
+            *NO_SPIKES,  # the spike measurement is test_spikes.py's
             "logger=none",
             f"hydra.run.dir={run_dir}",
         ],

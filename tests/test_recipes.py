@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 from experiments.data import events
 from experiments.snn.recipe_card import flat, same
 
-from .conftest import REPO, plan_for, run_cli
+from .conftest import NO_SPIKES, REPO, plan_for, run_cli
 from .support.datasets import write_events
 
 CARDS = REPO / "tests" / "data" / "recipe_cards.toml"
@@ -175,7 +175,7 @@ CPU_RUN = [
     "trainer.global_batch_size=2",
     "trainer.batch_size=1",
     "trainer.workers=0",
-    "trainer.spikes.images=0",
+    *NO_SPIKES,
     "trainer.spikes.guard=null",
     "logger=none",
 ]

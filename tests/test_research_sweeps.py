@@ -36,7 +36,7 @@ pytestmark = pytest.mark.slow
 
 TINY = TINY_POINT
 # The runs whose tests read no spike figures (the seed sweep's report reads them: TINY).
-TINY_UNMEASURED = [*TINY, *NO_SPIKES]
+TINY_NO_SPIKES = [*TINY, *NO_SPIKES]
 SLURM = ["launcher=slurm", "launcher.mem_gb=4", "launcher.cpus_per_task=1"]
 SITE = str(REPO / "tests" / "support" / "site")  # test-only step sleep (sitecustomize)
 
@@ -149,7 +149,7 @@ def pruned_search(module_tmp: Callable[[str], Path]) -> dict:
     result = run_cli(
         [
             "hparams_search=digits_lr",
-            *TINY_UNMEASURED,
+            *TINY_NO_SPIKES,
             "trainer.epochs=3",
             "hydra.sweeper.params={optimizer.lr:'choice(0.001,inf)'}",
             "hydra.sweeper.sampler.seed=11",
@@ -241,7 +241,7 @@ def test_spikingjellys_loop_stops_on_a_plateau_and_keeps_its_best_checkpoint(
     run_dir = tmp_path / "run"
     result = run_cli(
         [
-            *TINY_UNMEASURED,
+            *TINY_NO_SPIKES,
             *PLATEAU,
             "trainer.epochs=5",
             "trainer.checkpoint_interval=1",
@@ -284,7 +284,7 @@ def test_classic_trainer_stops_on_a_plateau_and_keeps_its_best_checkpoint(
     result = run_cli(
         [
             "trainer=classify",
-            *TINY_UNMEASURED,
+            *TINY_NO_SPIKES,
             *PLATEAU,
             "trainer.epochs=5",
             f"hydra.run.dir={run_dir}",
@@ -426,7 +426,7 @@ def test_slurm_search_refills_a_finished_trials_slot_and_prunes_from_its_jobs(
     result = run_cli(
         [
             "hparams_search=digits_lr",
-            *TINY_UNMEASURED,
+            *TINY_NO_SPIKES,
             *SLURM,
             "trainer.epochs=choice(10,1)",
             "hydra.sweeper.params={optimizer.lr:'choice(0.001,inf)'}",

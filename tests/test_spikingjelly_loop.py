@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import CLI, REPO, SharedRuns, cli_env, read_jsonl, run_cli
+from .conftest import CLI, NO_SPIKES, REPO, SharedRuns, cli_env, read_jsonl, run_cli
 from .support import processes
 from .test_multinode import FSDP2_TP_ONE_NODE, FSDP2_TP_TWO_NODES
 
@@ -44,7 +44,7 @@ BASE = [
     "seed=3",
     # No assertion here reads spikes.json: the spike counters' cost (~2 s of CPU a 2-rank run,
     # measured 2026-12-07) is left to test_topologies.py and test_spikes.py, which check them.
-    "trainer.spikes.images=0",
+    *NO_SPIKES,
 ]
 TWO = ["launcher=torchrun", "launcher.nproc_per_node=2"]
 TOPOLOGIES = {
