@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from .conftest import CLI, NO_SPIKES, REPO, SharedRuns, cli_env, read_jsonl, run_cli
 from .support import processes
@@ -59,8 +60,6 @@ TOPOLOGIES = {
 # checkpoint every 4. A 4-rank run of this file's config would add ~30 CPU-s to the suite for
 # what the 2-rank topologies above already show of the epochs and the short last batch.
 SHARED = "fsdp2_tp"
-# (training images, epochs, checkpoint interval) of each run's config
-SIZES = {**dict.fromkeys(TOPOLOGIES, (36, 2, 2)), SHARED: (128, 1, 4)}
 # Same config, same data order, same reductions. Measured: parameters bit-identical after every
 # topology's run, epoch metrics within 5.4e-8 (the epoch mean's summation order); asked: 1e-4.
 REL = 1e-6
@@ -99,6 +98,20 @@ class Runs:
 @pytest.fixture(scope="module")
 def runs(module_tmp: Callable[[str], Path], shared_runs: SharedRuns) -> Runs:
     return Runs(module_tmp("spikingjelly_loop"), shared_runs)
+
+
+def sizes(run_dir: Path) -> tuple[int, int, int, int]:
+    """(training images, batch a rank, epochs, checkpoint interval) from the run's own resolved
+    config: this file's BASE for its topologies, test_multinode.py's for the shared FSDP2 x TP
+    run, so that the step and checkpoint arithmetic below holds for both."""
+    config = yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+    trainer = config["trainer"]
+    return (
+        config["data"]["train_size"],
+        trainer["batch_size"],
+        trainer["epochs"],
+        trainer["checkpoint_interval"],
+    )
 
 
 def newest(folder: Path) -> Path:
@@ -140,8 +153,9 @@ def test_spikingjellys_loop_runs_each_topology_on_cpu_ranks(
     metrics = summary["metrics"]
     dp = summary["mesh"]["shape"][0]
     _, pipeline, tensor = summary["mesh"]["shape"]
-    images, epochs, interval = SIZES[topology]
-    steps_per_epoch = -(-images // dp // 8) if pipeline == 1 else images // 8  # PP drops the last
+    images, batch, epochs, interval = sizes(runs.get(topology))
+    # PP drops the last, short batch
+    steps_per_epoch = -(-images // dp // batch) if pipeline == 1 else images // batch
     assert metrics["steps"] == epochs * steps_per_epoch
     assert metrics["train_loss_kind"] == "last epoch mean"
     # Each rank ran, where the mesh says, holding what its topology gives it.
