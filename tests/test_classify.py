@@ -1,11 +1,13 @@
 """trainer=classify: SpikingJelly's classic train_classify.Trainer as the second SNN engine.
 
-One tiny real run through the CLI is shared by the contract and resume tests; DDP runs its
-own 2 gloo ranks under torchrun; refusals are plan-level (no process, nothing written)."""
+One tiny real run through the CLI is shared by the contract and resume tests, and by
+test_eval.py's classic-Trainer test (the session's `classify_tiny`, conftest.SharedRuns); DDP
+runs its own 2 gloo ranks under torchrun; refusals are plan-level (no process, nothing
+written)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from experiments.snn import classify_plan, spikes_file
 from experiments.snn.engines import classify
 from experiments.snn.models import build_single_process_model
 
-from .conftest import plan_for, read_jsonl, run_cli
+from .conftest import SharedRuns, plan_for, read_jsonl, run_cli
 
 TINY = [
     "trainer=classify",
@@ -30,14 +32,15 @@ TINY = [
     "model.time_steps=2",
     "logger=none",
 ]
+# The name of TINY's run in the session's shared runs (test_eval.py evaluates it).
+SHARED = "classify_tiny"
 
 
 @pytest.fixture(scope="module")
-def tiny_run(module_tmp: Callable[[str], Path]) -> Path:
-    run_dir = module_tmp("classify") / "run"
-    result = run_cli([*TINY, f"hydra.run.dir={run_dir}"], cwd=run_dir.parent)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return run_dir
+def tiny_run(shared_runs: SharedRuns) -> Path:
+    """The session's run of TINY: read here, never changed (a test that extends it works on a
+    copy)."""
+    return shared_runs.get(SHARED, TINY)
 
 
 def _summary(run_dir: Path) -> dict:
@@ -133,7 +136,11 @@ def test_a_classify_run_keeps_the_run_directory_contract(tiny_run: Path) -> None
 
 
 @pytest.mark.slow
-def test_more_epochs_resume_through_the_trainers_resume(tiny_run: Path) -> None:
+def test_more_epochs_resume_through_the_trainers_resume(tiny_run: Path, tmp_path: Path) -> None:
+    # A copy: the shared run stays as trained. test_eval.py may be writing its eval.json into
+    # the run meanwhile; a file being written is a `.<name>.tmp` until renamed (run/record.py
+    # `atomically`), and is left out.
+    tiny_run = shutil.copytree(tiny_run, tmp_path / "run", ignore=shutil.ignore_patterns(".*.tmp"))
     before = read_jsonl(tiny_run / "metrics.jsonl")
     again = run_cli([*TINY, f"hydra.run.dir={tiny_run}"], cwd=tiny_run.parent)
     assert again.returncode == 0 and "Run already completed" in again.stdout

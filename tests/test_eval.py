@@ -19,7 +19,9 @@ import pytest
 
 from experiments.snn.engines.spikingjelly_checkpoints import read_shard
 
-from .conftest import run_cli, run_tool, tool_in_process
+from .conftest import SharedRuns, run_cli, run_tool, tool_in_process
+from .test_classify import SHARED as CLASSIFY_RUN
+from .test_classify import TINY as CLASSIFY_TINY
 
 pytestmark = pytest.mark.slow
 
@@ -146,17 +148,13 @@ def test_a_path_that_is_not_a_run_is_refused(tmp_path: Path) -> None:
 
 
 def test_eval_of_a_classic_trainer_run_reproduces_its_validation(
-    tmp_path: Path, capsys: pytest.CaptureFixture
+    shared_runs: SharedRuns, capsys: pytest.CaptureFixture
 ) -> None:
     """trainer=classify keeps the Trainer's own .pth files; eval reads the latest one and
-    scores it with the Trainer's criterion (label smoothing), reproducing the run's numbers."""
-    run_dir = tmp_path / "classify"
-    args = [
-        *("trainer=classify", "trainer.epochs=1", "trainer.batch_size=16", "data=synthetic"),
-        *("data.train_size=32", "data.val_size=32", "model.time_steps=2", "logger=none"),
-    ]
-    result = run_cli([*args, f"hydra.run.dir={run_dir}"], cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
+    scores it with the Trainer's criterion (label smoothing), reproducing the run's numbers.
+    The run is test_classify.py's tiny one (the session's, conftest.SharedRuns): one epoch
+    of 64 images in batches of 32, 32 validation images."""
+    run_dir = shared_runs.get(CLASSIFY_RUN, CLASSIFY_TINY)
     code, _, err = evaluate_here(capsys, run_dir)
     assert code == 0, err
     record = json.loads((run_dir / "eval.json").read_text())
