@@ -507,6 +507,14 @@ class SharedRuns:
                 assert result.returncode == 0, f"{name}:\n{result.stderr[-4000:]}"
         return run_dir
 
+    @staticmethod
+    def copy(folder: Path, to: Path) -> Path:
+        """A copy of a shared run (or of its sweep's folder) for a test that continues or
+        corrupts it. Another file's reader may be writing into the run meanwhile (eval.json,
+        a report): a file being written is a `.<name>.tmp` until it is renamed into place
+        (run/record.py `atomically`), and is left out of the copy."""
+        return Path(shutil.copytree(folder, to, ignore=shutil.ignore_patterns(".*.tmp")))
+
     def output(self, name: str) -> tuple[str, str]:
         """What the command that trained the run printed: (stdout, stderr)."""
         return (

@@ -7,7 +7,6 @@ written)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -137,10 +136,7 @@ def test_a_classify_run_keeps_the_run_directory_contract(tiny_run: Path) -> None
 
 @pytest.mark.slow
 def test_more_epochs_resume_through_the_trainers_resume(tiny_run: Path, tmp_path: Path) -> None:
-    # A copy: the shared run stays as trained. test_eval.py may be writing its eval.json into
-    # the run meanwhile; a file being written is a `.<name>.tmp` until renamed (run/record.py
-    # `atomically`), and is left out.
-    tiny_run = shutil.copytree(tiny_run, tmp_path / "run", ignore=shutil.ignore_patterns(".*.tmp"))
+    tiny_run = SharedRuns.copy(tiny_run, tmp_path / "run")  # the shared run stays as trained
     before = read_jsonl(tiny_run / "metrics.jsonl")
     again = run_cli([*TINY, f"hydra.run.dir={tiny_run}"], cwd=tiny_run.parent)
     assert again.returncode == 0 and "Run already completed" in again.stdout

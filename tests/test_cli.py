@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -130,7 +129,7 @@ def test_a_completed_runs_record_is_never_rewritten_except_by_an_extension(
 ) -> None:
     """A copy of the session's FAST_SINGLE run (4 steps, checkpointed at 4), run again."""
     run_dir = tmp_path / "run"
-    shutil.copytree(shared_runs.get("fast_single", FAST_SINGLE), run_dir)
+    SharedRuns.copy(shared_runs.get("fast_single", FAST_SINGLE), run_dir)
     base = [*FAST_SINGLE, f"hydra.run.dir={run_dir}"]
     recorded = (run_dir / ".hydra" / "config.yaml").read_text()
     summary = (run_dir / "summary.json").read_text()

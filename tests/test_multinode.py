@@ -284,7 +284,7 @@ def test_an_fsdp2_tp_job_back_on_one_node_continues_at_its_global_batch(
     0.4-2.1 % from the uninterrupted run's; asserted within 10 %. The login records the
     extension before submitting: the job plans against the config Hydra rewrote."""
     sweep = tmp_path / "sweep"
-    shutil.copytree(fsdp2_tp_on_two_nodes.parent, sweep)
+    SharedRuns.copy(fsdp2_tp_on_two_nodes.parent, sweep)
     run_dir = sweep / fsdp2_tp_on_two_nodes.name
     shutil.rmtree(run_dir / "checkpoints" / "step_00000008")
     record = summary(run_dir)

@@ -4,7 +4,6 @@ is read on the main job's run: tests/test_main_job.py)."""
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,9 +49,7 @@ def fast_run(shared_runs: SharedRuns) -> Path:
 
 
 def _copy_of(run_dir: Path, tmp_path: Path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(run_dir, copy)
-    return copy
+    return SharedRuns.copy(run_dir, tmp_path / "run")
 
 
 @pytest.mark.slow
