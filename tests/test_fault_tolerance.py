@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import CLI, NO_SPIKES, REPO, Result, cli_env, read_jsonl, run_cli
-from .support import processes
+from .support import gc_records, processes
 
 pytestmark = pytest.mark.slow
 
@@ -236,9 +236,11 @@ def test_crash_while_saving_leaves_the_previous_checkpoint_as_latest(
         env={
             "PYTHONPATH": os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")])),
             "EXPERIMENTS_TEST_KILL_DURING_SAVE": "8",
+            "EXPERIMENTS_TEST_RECORD_GC": str(tmp_path / "gc"),  # the collector at each step
         },
     )
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    gc_records.assert_loops_ran_under_the_start_thresholds(tmp_path / "gc", processes=1)
     checkpoints = run_dir / "checkpoints"
     torn = checkpoints / "step_00000008" / "pp_0000_tp_0000"
     assert list(torn.glob("*.distcp")) and not (torn / ".metadata").exists()  # data, no seal

@@ -33,6 +33,7 @@ from experiments.gan.plan import GANPlan
 
 from .conftest import CLI, REPO, plan_for, read_jsonl, run_cli, run_cli_in_process
 from .recorded_data import read_indices
+from .support import gc_records
 from .support.logger_records import csv_rows, history, mlflow_runs, same, tensorboard_events
 from .support.wandb_records import read_run
 
@@ -649,9 +650,15 @@ def test_two_cpu_ranks_train_with_mmgens_distributed_path(tmp_path: Path) -> Non
             f"hydra.run.dir={run_dir}",
         ],
         cwd=tmp_path,
-        env={**THREADS, "PYTHONPATH": site, "EXPERIMENTS_TEST_RECORD_READS": str(reads)},
+        env={
+            **THREADS,
+            "PYTHONPATH": site,
+            "EXPERIMENTS_TEST_RECORD_READS": str(reads),
+            "EXPERIMENTS_TEST_RECORD_GC": str(tmp_path / "gc"),  # the collector at each step
+        },
     )
     assert result.returncode == 0, result.stderr[-4000:]
+    gc_records.assert_loops_ran_under_the_start_thresholds(tmp_path / "gc", processes=2)
     # Data parallel: each rank trained on its own share of the epoch. replica_max_diff == 0
     # below holds whether or not they did (the reducer averages equal gradients just as well),
     # so the reads themselves are compared: 4 iterations x 16 images each at least (a loader

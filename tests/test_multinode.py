@@ -42,7 +42,7 @@ from .conftest import (
     start_now_when_pending,
     wait_for_job,
 )
-from .support import processes
+from .support import gc_records, processes
 
 pytestmark = [pytest.mark.slow]
 
@@ -409,7 +409,14 @@ def time_limited_job(
             # step and its 3 s sleep are far inside the 38 s between the signal and the limit,
             # and each attempt still trains 8 steps or more (at 0.5 s both ranks trained
             # several times as many, CPU that nothing here reads).
-            env=cli_env({"PYTHONPATH": on_python_path(SITE), "EXPERIMENTS_TEST_STEP_SLEEP": "3"}),
+            env=cli_env(
+                {
+                    "PYTHONPATH": on_python_path(SITE),
+                    "EXPERIMENTS_TEST_STEP_SLEEP": "3",
+                    # The collector's thresholds at each step of each Slurm task.
+                    "EXPERIMENTS_TEST_RECORD_GC": str(folder / "gc"),
+                }
+            ),
             stdout=out,
             stderr=stderr,
             module=True,
@@ -459,6 +466,8 @@ def test_time_limit_checkpoints_requeues_and_ends_interrupted_after_the_last_req
     kept = run_dir / "checkpoints" / f"step_{stops[1]:08d}"
     assert (kept / "pp_0000_tp_0000" / ".metadata").is_file()  # kept, whole
     assert f"Slurm job {job} interrupted, {run_dir}" in out and "resumes it" in out
+    # Both ranks of both attempts: Slurm tasks run the loop under Python's collector.
+    gc_records.assert_loops_ran_under_the_start_thresholds(folder / "gc", processes=4)
 
 
 @pytest.mark.slurm

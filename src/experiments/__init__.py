@@ -1,8 +1,14 @@
 """Compose, validate, launch and record SpikingJelly and MMGeneration runs."""
 
-from omegaconf import OmegaConf
+# First, before this process imports torch and the rest: the collector is lazier while it
+# starts, and each engine restores Python's thresholds at its loop's first step.
+from experiments import garbage_collection
 
-from experiments import resolvers
+garbage_collection.defer_while_starting()
+
+from omegaconf import OmegaConf  # noqa: E402
+
+from experiments import resolvers  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from experiments import collectives, distributed_env
+from experiments import collectives, distributed_env, garbage_collection
 from experiments.data.image_files import DIGITS_FOLDER, ensure_digits_pngs
 from experiments.gan import conditional, mmgen_compat
 from experiments.gan import ddp as gan_ddp
@@ -125,6 +125,7 @@ def _record_hook_class() -> type:
             self.started = time.perf_counter()
 
         def before_run(self, runner: Any) -> None:
+            garbage_collection.end_start_up()  # start-up is over (garbage_collection.py)
             self.start_iter = runner.iter
             self.recorder.truncate_logs(after_step=runner.iter)
             self.started = time.perf_counter()

@@ -29,6 +29,7 @@ ENTRY_POINT = "experiments.train"
 # What every point imports; the family's own modules and the engine's are added per sweep
 # (experiments/families.py: `warm_modules`, `engines`).
 WARM_MODULES = (
+    "experiments",  # first: the collector is lazier while the rest arrive (garbage_collection.py)
     "torch",
     "hydra",
     "omegaconf",

@@ -39,6 +39,12 @@ cannot match the real archive's md5s; a user's run keeps the check.
 EXPERIMENTS_TEST_STEP_SLEEP=S: every optimizer step sleeps S seconds after it (a global torch
 optimizer hook): a run that a test only needs to keep going until a signal or a time limit
 arrives leaves the CPU to the rest of the suite instead of training flat out.
+
+EXPERIMENTS_TEST_RECORD_GC=DIR: the garbage collector's thresholds and how many objects it has
+frozen (gc.get_freeze_count), as this process started (before our package is imported) and
+after every optimizer step (a global torch optimizer hook), appended to DIR/<pid>.txt: the
+loop's steps run under the collector a process starts with, what start-up left alive frozen
+(src/experiments/garbage_collection.py; read by tests/support/gc_records.py).
 """
 
 import os
@@ -283,3 +289,33 @@ def _skip_cifar_md5() -> object:
 if os.environ.get("EXPERIMENTS_TEST_SKIP_CIFAR_MD5") == "1":
     # kept referenced: a context manager collected would run its exit and restore the checks
     _CIFAR_MD5_SKIPPED = _skip_cifar_md5()
+
+
+_RECORD_GC = os.environ.get("EXPERIMENTS_TEST_RECORD_GC")
+
+
+def _record_gc(folder: str) -> None:
+    import gc
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    def state() -> str:
+        return " ".join(map(str, [*gc.get_threshold(), gc.get_freeze_count()]))
+
+    started = state()  # before our package is imported
+
+    def after_step(*_) -> None:
+        # By the pid at each step: a forked process (a warm sweep point) has a file of its own.
+        path = os.path.join(folder, f"{os.getpid()}.txt")
+        first = not os.path.exists(path)
+        os.makedirs(folder, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as handle:
+            if first:
+                handle.write(f"start {started}\n")
+            handle.write(f"step {state()}\n")
+
+    register_optimizer_step_post_hook(after_step)
+
+
+if _RECORD_GC:
+    _record_gc(_RECORD_GC)

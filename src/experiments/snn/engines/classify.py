@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
-from experiments import collectives
+from experiments import collectives, garbage_collection
 from experiments.run.early_stopping import Monitor, Verdict
 from experiments.run.record import METRICS, atomically, read_jsonl
 from experiments.snn.classify_plan import (
@@ -316,6 +316,7 @@ class _ClassifyHooks:
         import torch
         from spikingjelly.activation_based.examples.common.tv_ref_classify import utils
 
+        garbage_collection.end_start_up()  # start-up is over (garbage_collection.py)
         self.after_checkpoint()  # the Trainer saved the previous epoch's checkpoint
         steps_per_epoch = len(data_loader)
         args.steps_per_epoch = steps_per_epoch  # saved with the checkpoint's args

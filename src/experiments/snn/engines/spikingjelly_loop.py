@@ -31,7 +31,7 @@ from unittest import mock
 import torch
 import torch.distributed as dist
 
-from experiments import collectives
+from experiments import collectives, garbage_collection
 from experiments.run.record import RunRecorder, no_space
 from experiments.run.stop import GracefulStop
 from experiments.snn.engines.spikingjelly_checkpoints import (
@@ -236,6 +236,7 @@ class LoopHooks:
         self._after_step(frame.f_locals)
 
     def _after_step(self, scope: dict[str, Any]) -> None:
+        garbage_collection.end_start_up()  # start-up is over (garbage_collection.py)
         self.saves.save_now = False
         if self.carried is not None:
             if int(scope["dp_rank"]) == 0:  # once: the epoch's end sums the dp ranks' totals
