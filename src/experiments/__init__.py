@@ -1,7 +1,7 @@
 """Compose, validate, launch and record SpikingJelly and MMGeneration runs."""
 
 # First, before this process imports torch and the rest: the collector is lazier while it
-# starts, and each engine restores Python's thresholds at its loop's first step.
+# starts, until an engine's library loop starts (garbage_collection.py).
 from experiments import garbage_collection
 
 garbage_collection.defer_while_starting()
