@@ -42,6 +42,9 @@ from .support import processes
 BIN = Path(sys.executable).parent
 CLI = str(BIN / "experiments-train")
 REPO = Path(__file__).resolve().parents[1]
+# The test-only sitecustomize (fault injection and records, tests/support/site): a child gets
+# it by this folder on its PYTHONPATH (on_python_path).
+SITE = str(REPO / "tests" / "support" / "site")
 # Small and fast: a few steps of SEW-ResNet18 at 16x16 take about a second each.
 FAST = [
     "trainer.epochs=1",

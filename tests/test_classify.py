@@ -18,7 +18,7 @@ from experiments.snn import classify_plan, spikes_file
 from experiments.snn.engines import classify
 from experiments.snn.models import build_single_process_model
 
-from .conftest import REPO, SharedRuns, on_python_path, plan_for, read_jsonl, run_cli
+from .conftest import SITE, SharedRuns, on_python_path, plan_for, read_jsonl, run_cli
 from .support import gc_records
 
 TINY = [
@@ -144,9 +144,9 @@ def test_more_epochs_resume_through_the_trainers_resume(tiny_run: Path, tmp_path
     assert _summary(tiny_run).get("resumes", 0) == 0
 
     longer = [*TINY, "trainer.epochs=2", f"hydra.run.dir={tiny_run}"]
-    site, collector = str(REPO / "tests" / "support" / "site"), tmp_path / "gc"
+    collector = tmp_path / "gc"
     # The collector's thresholds at each step, recorded by the test-only sitecustomize.
-    env = {"PYTHONPATH": on_python_path(site), "EXPERIMENTS_TEST_RECORD_GC": str(collector)}
+    env = {"PYTHONPATH": on_python_path(SITE), "EXPERIMENTS_TEST_RECORD_GC": str(collector)}
     result = run_cli(longer, cwd=tiny_run.parent, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     gc_records.assert_loops_ran_under_the_start_thresholds(collector, processes=1)

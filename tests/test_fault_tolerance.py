@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import CLI, NO_SPIKES, REPO, Result, cli_env, read_jsonl, run_cli
+from .conftest import CLI, NO_SPIKES, SITE, Result, cli_env, on_python_path, read_jsonl, run_cli
 from .support import gc_records, processes
 
 pytestmark = pytest.mark.slow
@@ -229,12 +229,11 @@ def test_crash_while_saving_leaves_the_previous_checkpoint_as_latest(
 ) -> None:
     run_dir = tmp_path / "run"
     # The crash is injected by a test-only sitecustomize (tests/support/site), not by the package.
-    site = str(REPO / "tests" / "support" / "site")
     crashed = run_cli(
         [*BASE, f"hydra.run.dir={run_dir}"],
         cwd=tmp_path,
         env={
-            "PYTHONPATH": os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")])),
+            "PYTHONPATH": on_python_path(SITE),
             "EXPERIMENTS_TEST_KILL_DURING_SAVE": "8",
             "EXPERIMENTS_TEST_RECORD_GC": str(tmp_path / "gc"),  # the collector at each step
         },

@@ -31,7 +31,7 @@ from PIL import Image
 from experiments.errors import ConfigError
 from experiments.gan.plan import GANPlan
 
-from .conftest import CLI, REPO, plan_for, read_jsonl, run_cli, run_cli_in_process
+from .conftest import CLI, SITE, on_python_path, plan_for, read_jsonl, run_cli, run_cli_in_process
 from .recorded_data import read_indices
 from .support import gc_records
 from .support.logger_records import csv_rows, history, mlflow_runs, same, tensorboard_events
@@ -637,9 +637,7 @@ def test_rerun_after_a_kill_resumes_from_the_newest_readable_checkpoint(tmp_path
 def test_two_cpu_ranks_train_with_mmgens_distributed_path(tmp_path: Path) -> None:
     run_dir, reads = tmp_path / "run", tmp_path / "reads"
     # What each rank read, recorded by the test-only sitecustomize (tests/support/site).
-    site = os.pathsep.join(
-        filter(None, [str(REPO / "tests" / "support" / "site"), os.environ.get("PYTHONPATH")])
-    )
+    site = on_python_path(SITE)
     result = run_cli(
         [
             "model=dcgan",

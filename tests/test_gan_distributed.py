@@ -28,7 +28,7 @@ from experiments.gan import ddp as gan_ddp
 
 from .conftest import (
     CLI,
-    REPO,
+    SITE,
     SLURM_NODES,
     cli_env,
     login_ended_well,
@@ -42,7 +42,6 @@ from .support import processes
 
 pytestmark = pytest.mark.gan
 
-SITE = str(REPO / "tests" / "support" / "site")  # test-only fault injection (sitecustomize)
 TWO_RANKS = ["topology=ddp", "launcher=torchrun", "launcher.nproc_per_node=2"]
 TINY = [
     "model=dcgan",

@@ -5,7 +5,6 @@ loggers that cannot work refused before launch."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 from experiments.errors import ConfigError
 from experiments.snn.spikes_file import read as read_spikes
 
-from .conftest import REPO, plan_for, read_jsonl, run_cli
+from .conftest import SITE, on_python_path, plan_for, read_jsonl, run_cli
 from .support.logger_records import (
     csv_rows,
     history,
@@ -196,10 +195,9 @@ def test_an_unknown_logger_setting_names_the_nearest_key() -> None:
 
 @pytest.mark.slow
 def test_a_logger_that_is_not_installed_is_one_line_before_launch(tmp_path: Path) -> None:
-    site = str(REPO / "tests" / "support" / "site")
     env = {
         "EXPERIMENTS_TEST_HIDE_MODULES": "wandb",
-        "PYTHONPATH": os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": on_python_path(SITE),
     }
     result = run_cli([*SNN, "logger=[tensorboard,wandb]"], cwd=tmp_path, env=env)
     assert result.returncode == 2
@@ -244,14 +242,12 @@ def test_an_snn_logger_failing_mid_run_is_dropped_and_the_run_goes_on(tmp_path: 
     """The CSV store fails at its 2nd write, step 2 (test-only sitecustomize): one warning, the
     CSV is never written again (its step-1 row stays; the epoch's metrics would be a second),
     TensorBoard and steps.jsonl get every step, the run completes."""
-    from .conftest import on_python_path
-
     run_dir = tmp_path / "run"
     result = run_cli(
         [*SNN, "trainer.epochs=1", "logger=[tensorboard,csv]", f"hydra.run.dir={run_dir}"],
         cwd=tmp_path,
         env={
-            "PYTHONPATH": on_python_path(str(REPO / "tests" / "support" / "site")),
+            "PYTHONPATH": on_python_path(SITE),
             "EXPERIMENTS_TEST_FAIL_CSV_LOG": "2",
         },
     )

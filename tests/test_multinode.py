@@ -31,7 +31,7 @@ from experiments.status import submitted
 from .conftest import (
     CLI,
     NO_SPIKES,
-    REPO,
+    SITE,
     SLURM_NODES,
     SharedRuns,
     cli_env,
@@ -81,7 +81,6 @@ TWO_NODES = [*SLURM, "launcher.nodes=2", "launcher.tasks_per_node=1"]
 # (both) read too.
 FSDP2_TP_TWO_NODES = [*FSDP2_TP, *SLURM, "launcher.nodes=2", "launcher.tasks_per_node=2"]
 FSDP2_TP_ONE_NODE = [*FSDP2_TP, "launcher=torchrun", "launcher.nproc_per_node=4"]
-SITE = str(REPO / "tests" / "support" / "site")  # test-only fault injection (sitecustomize)
 
 
 def summary(run_dir: Path) -> dict:

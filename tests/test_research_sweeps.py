@@ -22,7 +22,7 @@ from experiments.sweepers import pruning
 from .conftest import (
     MAX_TIMEOUT,
     NO_SPIKES,
-    REPO,
+    SITE,
     TINY_POINT,
     on_python_path,
     plan_for,
@@ -38,7 +38,6 @@ TINY = TINY_POINT
 # The runs whose tests read no spike figures (the seed sweep's report reads them: TINY).
 TINY_NO_SPIKES = [*TINY, *NO_SPIKES]
 SLURM = ["launcher=slurm", "launcher.mem_gb=4", "launcher.cpus_per_task=1"]
-SITE = str(REPO / "tests" / "support" / "site")  # test-only step sleep (sitecustomize)
 
 
 def summary(run_dir: Path) -> dict:

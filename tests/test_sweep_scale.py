@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from experiments.report import figures, update_report, write_report
 from experiments.report.points import INDEX, PointIndex
 from experiments.snn.family import FAMILY as SNN
 
-from .conftest import REPO, read_jsonl, run_cli
+from .conftest import SITE, on_python_path, read_jsonl, run_cli
 
 matplotlib.use("Agg")
 
@@ -137,10 +136,9 @@ def test_warm_points_fork_from_one_process_and_a_crash_fails_only_its_point(
 ) -> None:
     """Three identical points in one warm worker; point 1 SIGKILLs itself (test-only fault
     injection). Points 0 and 2 complete on the same losses as a cold single run."""
-    site = str(REPO / "tests" / "support" / "site")
     env = {
         "EXPERIMENTS_TEST_KILL_POINT": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": on_python_path(SITE),
     }
     sweep = tmp_path / "sweep"
     result = run_cli(
